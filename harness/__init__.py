@@ -1,0 +1,1 @@
+"""ssdbench harness: problem spec, inputs, timing, statistics, records, reports, regression gate."""

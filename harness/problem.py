@@ -1,0 +1,185 @@
+"""One benchmark point of the Mamba-2 SSD forward, its validation, and its FLOP/byte model.
+
+Everything that describes *what* is computed lives here, so that providers, timing, reports and the
+gate agree on one definition. Validation runs before any GPU work and names the field to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class ProblemError(ValueError):
+    """A problem value outside what ssdbench supports; the message names the field and the range."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Shapes, dtype and options of one `mamba_chunk_scan_combined` forward call.
+
+    x (batch, seqlen, nheads, headdim); dt (batch, seqlen, nheads); A (nheads,);
+    B, C (batch, seqlen, ngroups, dstate). `dtype` is that of x/B/C/z; dt, A, D, dt_bias and the
+    states are float32 as in Mamba-2 models.
+    """
+
+    batch: int = 1
+    seqlen: int = 4096
+    nheads: int = 64
+    headdim: int = 64
+    dstate: int = 128
+    ngroups: int = 1
+    chunk_size: int = 256
+    dtype: str = "bfloat16"
+    has_D: bool = True
+    D_has_hdim: bool = False
+    has_z: bool = False
+    has_dt_bias: bool = True
+    dt_softplus: bool = True
+    dt_limit: tuple[float, float] = (0.0, math.inf)
+    has_initial_states: bool = False
+    return_final_states: bool = False
+
+    def __post_init__(self) -> None:
+        # Hydra/YAML hand lists; keep the dataclass hashable and comparable.
+        try:
+            limit = tuple(float(v) for v in self.dt_limit)
+        except (TypeError, ValueError) as err:
+            msg = f"dt_limit must be two numbers (low, high), got {self.dt_limit!r}"
+            raise ProblemError(msg) from err
+        object.__setattr__(self, "dt_limit", limit)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ProblemError naming the first field outside its allowed range."""
+        for name in ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ProblemError(f"{name} must be an integer, got {value!r}")
+            if value < 1:
+                raise ProblemError(f"{name} must be >= 1, got {value}")
+        if self.dtype not in DTYPES:
+            raise ProblemError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.nheads % self.ngroups:
+            raise ProblemError(
+                f"nheads ({self.nheads}) must be divisible by ngroups ({self.ngroups})"
+            )
+        if self.chunk_size & (self.chunk_size - 1) or not 16 <= self.chunk_size <= 1024:
+            raise ProblemError(
+                f"chunk_size must be a power of two in [16, 1024], got {self.chunk_size}"
+            )
+        if not 1 <= self.headdim <= 512:
+            raise ProblemError(f"headdim must be in [1, 512], got {self.headdim}")
+        if not 1 <= self.dstate <= 512:
+            raise ProblemError(f"dstate must be in [1, 512], got {self.dstate}")
+        if len(self.dt_limit) != 2:
+            raise ProblemError(f"dt_limit must be (low, high), got {self.dt_limit}")
+        lo, hi = self.dt_limit
+        if math.isnan(lo) or math.isnan(hi) or lo < 0 or lo >= hi:
+            raise ProblemError(
+                f"dt_limit must be (low, high) with 0 <= low < high, got {self.dt_limit}"
+            )
+        if self.D_has_hdim and not self.has_D:
+            raise ProblemError("D_has_hdim=True needs has_D=True")
+        for name in (
+            "has_D",
+            "D_has_hdim",
+            "has_z",
+            "has_dt_bias",
+            "dt_softplus",
+            "has_initial_states",
+            "return_final_states",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ProblemError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    @property
+    def nchunks(self) -> int:
+        return -(-self.seqlen // self.chunk_size)
+
+    @property
+    def element_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Problem:
+        """Build from a mapping (a config node); unknown keys are an error that names them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ProblemError(f"unknown problem field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**values)
+
+    def key(self) -> str:
+        """Stable identifier of the point, used to resume sweeps and join runs."""
+        parts = [
+            f"b{self.batch}",
+            f"L{self.seqlen}",
+            f"H{self.nheads}",
+            f"P{self.headdim}",
+            f"N{self.dstate}",
+            f"G{self.ngroups}",
+            f"Q{self.chunk_size}",
+            self.dtype,
+        ]
+        opts = [
+            ("D" + ("hp" if self.D_has_hdim else "")) if self.has_D else "",
+            "z" if self.has_z else "",
+            "bias" if self.has_dt_bias else "",
+            "sp" if self.dt_softplus else "",
+            ""
+            if self.dt_limit == (0.0, math.inf)
+            else f"lim{self.dt_limit[0]:g}-{self.dt_limit[1]:g}",
+            "h0" if self.has_initial_states else "",
+            "hT" if self.return_final_states else "",
+        ]
+        return "_".join(parts + [o for o in opts if o])
+
+
+def _chunk_lengths(problem: Problem) -> list[int]:
+    full, rest = divmod(problem.seqlen, problem.chunk_size)
+    return [problem.chunk_size] * full + ([rest] if rest else [])
+
+
+def flops(problem: Problem) -> float:
+    """Matmul FLOPs of the chunked SSD forward (element-wise work is not counted).
+
+    Per chunk of length q: C·Bᵀ, 2·q²·N per group; the causal intra-chunk product (C·Bᵀ ⊙ decay)·X,
+    half of 2·q²·P per head; the chunk state Bᵀ·X and the carried-state output C·hᵀ, 2·q·N·P each
+    per head. This is the count of ../shared/notes/h200-baseline.md, so TFLOP/s compare with it.
+    """
+    p = problem
+    per_batch = sum(
+        p.ngroups * 2 * q * q * p.dstate
+        + p.nheads * (q * q * p.headdim + 4 * q * p.dstate * p.headdim)
+        for q in _chunk_lengths(p)
+    )
+    return float(p.batch * per_batch)
+
+
+def min_bytes(problem: Problem) -> float:
+    """Fewest bytes any implementation must move through device memory: each input read once,
+    each output written once (intermediates such as chunk states are free in this floor)."""
+    p = problem
+    e = p.element_bytes
+    tokens = p.batch * p.seqlen
+    state = p.batch * p.nheads * p.headdim * p.dstate * 4
+    total = tokens * p.nheads * p.headdim * e * 2  # x read, out written
+    total += tokens * p.ngroups * p.dstate * e * 2  # B and C
+    total += tokens * p.nheads * 4  # dt
+    total += p.nheads * 4 * (1 + p.has_dt_bias)  # A, dt_bias
+    if p.has_D:
+        total += p.nheads * (p.headdim if p.D_has_hdim else 1) * 4
+    if p.has_z:
+        total += tokens * p.nheads * p.headdim * e
+    if p.has_initial_states:
+        total += state
+    if p.return_final_states:
+        total += state
+    return float(total)

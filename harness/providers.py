@@ -1,0 +1,119 @@
+"""The provider registry: every SSD forward implementation the harness can run, by name.
+
+Adding a provider is one `register(Provider(...))` call at the bottom of this module; the runner,
+reports and gate only ever look providers up by name. Importing the registry imports no kernel
+library: `load` and `supports` import triton / cuda-tile when called, so the registry (and every
+config that names providers) loads on machines that lack them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.problem import Problem
+from kernels import triton_ssd  # imports neither triton nor mamba_ssm (see its docstring)
+
+SSDForward = Callable[..., object]  # the provider contract of docs/architecture.md
+
+
+class ProviderError(ValueError):
+    """A provider name that is unknown or registered twice; the message lists the known names."""
+
+
+def _supports_everything(problem: Problem) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One implementation of `ssd_forward`.
+
+    load: imports the implementation and returns its `ssd_forward` (called only when needed).
+    devices: torch device types it runs on, e.g. ("cuda",) or ("cpu", "cuda").
+    kernel_prefixes: profiler kernel-name prefixes of its launches, for the per-kernel breakdown;
+        empty when the breakdown means nothing (the PyTorch reference launches generic kernels).
+    supports: the reason a problem is out of its range, or None when it can run it.
+    """
+
+    name: str
+    load: Callable[[], SSDForward]
+    description: str
+    devices: tuple[str, ...]
+    kernel_prefixes: tuple[str, ...] = ()
+    supports: Callable[[Problem], str | None] = _supports_everything
+
+    def unsupported(self, problem: Problem, device: str) -> str | None:
+        """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
+        device_type = device.split(":")[0]
+        if device_type not in self.devices:
+            return f"{self.name} runs on {'/'.join(self.devices)}, not {device_type}"
+        return self.supports(problem)
+
+
+_PROVIDERS: dict[str, Provider] = {}
+
+
+def register(provider: Provider) -> Provider:
+    """Add `provider`; a name may be registered once."""
+    if provider.name in _PROVIDERS:
+        raise ProviderError(f"provider {provider.name!r} is already registered")
+    _PROVIDERS[provider.name] = provider
+    return provider
+
+
+def get(name: str) -> Provider:
+    try:
+        return _PROVIDERS[name]
+    except KeyError:
+        raise ProviderError(
+            f"unknown provider {name!r}; known providers: {', '.join(names())}"
+        ) from None
+
+
+def names() -> tuple[str, ...]:
+    """Registered provider names, in registration order."""
+    return tuple(_PROVIDERS)
+
+
+def _ssd_forward_of(module: str) -> Callable[[], SSDForward]:
+    return lambda: importlib.import_module(module).ssd_forward
+
+
+def _cutile_supports(problem: Problem) -> str | None:
+    from kernels.cutile.ssd import unsupported_reason  # imports cuda-tile, so only when asked
+
+    return unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
+
+
+register(
+    Provider(
+        name="reference",
+        load=_ssd_forward_of("kernels.reference"),
+        description="float64 PyTorch chunked SSD (the gold reference)",
+        devices=("cpu", "cuda"),
+    )
+)
+register(
+    Provider(
+        name="triton",
+        load=_ssd_forward_of("kernels.triton_ssd"),
+        description="mamba_ssm 2.3.2.post1 Triton kernels (_mamba_chunk_scan_combined_fwd)",
+        # On CPU only under Triton's interpreter, which TRITON_INTERPRET selects when triton is
+        # imported; read here without importing triton.
+        devices=("cpu", "cuda") if triton_ssd.interpreter_requested() else ("cuda",),
+        kernel_prefixes=triton_ssd.KERNEL_NAMES,
+    )
+)
+register(
+    Provider(
+        name="cutile",
+        load=_ssd_forward_of("kernels.cutile.ssd"),
+        description="our cuTile kernels (kernels/cutile)",
+        devices=("cuda",),
+        # cuTile mangles kernel names (chunk_cumsum_kernel_Kt2_...): match the Python names' stems.
+        kernel_prefixes=("chunk_cumsum", "fwd_pass_state", "compute_out"),
+        supports=_cutile_supports,
+    )
+)

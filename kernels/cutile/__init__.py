@@ -1,0 +1,1 @@
+"""cuTile kernels of the Mamba-2 SSD forward: chunk_cumsum, fwd_pass_state, compute_out."""

@@ -1,0 +1,103 @@
+"""Host entry point of the cuTile SSD forward: validation, then the three kernel launches.
+
+`ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
+cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
+(TF32 for float32 inputs), fp32 accumulation, dt/dA/states-in-flight fp32, the states passed
+between kernels in the input dtype, final states fp32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+MATMUL_POLICY = "operands in input dtype (tf32 for float32), fp32 accumulate"
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_HEADDIM = 128
+MAX_DSTATE = 256
+CHUNK_SIZES = (16, 32, 64, 128, 256)
+
+
+def unsupported_reason(headdim: int, dstate: int, chunk_size: int, dtype: str) -> str | None:
+    """Why these sizes are outside what the cuTile kernels support, or None if supported."""
+    if headdim > MAX_HEADDIM:
+        return f"headdim {headdim} > {MAX_HEADDIM}"
+    if dstate > MAX_DSTATE:
+        return f"dstate {dstate} > {MAX_DSTATE}"
+    if chunk_size not in CHUNK_SIZES:
+        return f"chunk_size {chunk_size} not in {CHUNK_SIZES}"
+    if dtype not in ("float32", "float16", "bfloat16"):
+        return f"dtype {dtype} not float32/float16/bfloat16"
+    return None
+
+
+def ssd_forward(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, math.inf),
+    return_final_states: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Mamba-2 SSD forward with cuTile; returns out, or (out, final_states) when asked."""
+    _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
+    # Imported here so that validation and `unsupported_reason` work without cuda-tile.
+    from kernels.cutile.chunk_cumsum import chunk_cumsum
+    from kernels.cutile.compute_out import compute_out
+    from kernels.cutile.fwd_pass_state import fwd_pass_state
+
+    A, D, dt_bias, initial_states = (
+        t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
+    )
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, dt_bias, chunk_size, dt_softplus, dt_limit)
+    states, final = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, return_final_states)
+    out = compute_out(x, B, C, states, dt_out, dA_cumsum, D, z)
+    return (out, final) if return_final_states else out
+
+
+def _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states) -> None:
+    """Raise ValueError, naming the argument and what to change, before anything is launched."""
+    if x.dim() != 4:
+        raise ValueError(f"x must be (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+    b, seqlen, h, p = x.shape
+    if B.dim() != 4 or B.shape[:2] != (b, seqlen):
+        raise ValueError(
+            f"B must be (batch={b}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}"
+        )
+    g, n = B.shape[2], B.shape[3]
+    expected = {
+        "dt": (dt, (b, seqlen, h)),
+        "A": (A, (h,)),
+        "C": (C, (b, seqlen, g, n)),
+        "z": (z, (b, seqlen, h, p)),
+        "dt_bias": (dt_bias, (h,)),
+        "initial_states": (initial_states, (b, h, p, n)),
+    }
+    for name, (tensor, shape) in expected.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+    if D is not None and tuple(D.shape) not in ((h,), (h, p)):
+        raise ValueError(f"D must have shape ({h},) or ({h}, {p}), got {tuple(D.shape)}")
+    if h % g:
+        raise ValueError(f"nheads ({h}) must be divisible by ngroups ({g})")
+    if x.dtype not in INPUT_DTYPES:
+        raise ValueError(f"x dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    for name, tensor in (("B", B), ("C", C), ("z", z)):
+        if tensor is not None and tensor.dtype != x.dtype:
+            raise ValueError(f"{name} must have x's dtype {x.dtype}, got {tensor.dtype}")
+    reason = unsupported_reason(p, n, chunk_size, str(x.dtype).removeprefix("torch."))
+    if reason:
+        raise ValueError(f"cuTile SSD does not support this problem: {reason}")
+    tensors = [t for t in (x, dt, A, B, C, D, z, dt_bias, initial_states) if t is not None]
+    if any(not t.is_cuda or t.device != x.device for t in tensors):
+        raise ValueError(f"all inputs must be CUDA tensors on one device (x is on {x.device})")
+    if any(not t.is_floating_point() for t in tensors):
+        raise ValueError("all inputs must be floating-point tensors")

@@ -1,0 +1,127 @@
+"""Problem validation, the FLOP/byte model, and key()."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.problem import Problem, ProblemError, flops, min_bytes
+
+TINY = dict(batch=1, seqlen=48, nheads=2, headdim=4, dstate=8, ngroups=1, chunk_size=32)
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"batch": 0}, "batch"),
+        ({"seqlen": -5}, "seqlen"),
+        ({"headdim": 64.0}, "headdim"),
+        ({"nheads": True}, "nheads"),
+        ({"dstate": "128"}, "dstate"),
+        ({"headdim": 1024}, "headdim"),
+        ({"dstate": 513}, "dstate"),
+        ({"nheads": 6, "ngroups": 4}, "ngroups"),
+        ({"dtype": "float64"}, "dtype"),
+        ({"chunk_size": 48}, "chunk_size"),
+        ({"chunk_size": 8}, "chunk_size"),
+        ({"dt_limit": (0.1, 0.1)}, "dt_limit"),
+        ({"dt_limit": (-1.0, 1.0)}, "dt_limit"),
+        ({"dt_limit": (math.nan, 1.0)}, "dt_limit"),
+        ({"dt_limit": (0.0, 1.0, 2.0)}, "dt_limit"),
+        ({"dt_limit": 0.1}, "dt_limit"),
+        ({"dt_limit": ("low", "high")}, "dt_limit"),
+        ({"has_D": False, "D_has_hdim": True}, "D_has_hdim"),
+        ({"has_z": 1}, "has_z"),
+        ({"return_final_states": "yes"}, "return_final_states"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_field(values: dict, field: str) -> None:
+    with pytest.raises(ProblemError, match=field):
+        Problem(**values)
+
+
+def test_from_dict_rejects_unknown_fields_by_name() -> None:
+    with pytest.raises(ProblemError, match="seq_len"):
+        Problem.from_dict({"seq_len": 4096})
+
+
+def test_problem_error_is_a_value_error() -> None:
+    assert issubclass(ProblemError, ValueError)
+
+
+def test_dict_round_trip_and_dt_limit_list_accepted() -> None:
+    problem = Problem(dt_limit=[0.0, 0.1], has_z=True)  # as a YAML config hands it
+    assert problem.dt_limit == (0.0, 0.1)
+    assert Problem.from_dict(problem.to_dict()) == problem
+    assert hash(problem) == hash(Problem.from_dict(problem.to_dict()))
+
+
+def test_nchunks_counts_the_ragged_chunk() -> None:
+    assert Problem(**TINY).nchunks == 2
+    assert Problem(**{**TINY, "seqlen": 64}).nchunks == 2
+    assert Problem(**{**TINY, "seqlen": 65}).nchunks == 3
+
+
+def test_flops_hand_computed() -> None:
+    # Chunks of 32 and 16 tokens. Per chunk of q: g·2q²N + h·(q²P + 4qNP).
+    # q=32: 2·1024·8 + 2·(1024·4 + 4·32·8·4) = 16384 + 16384; q=16: 4096 + 2·(1024 + 2048).
+    assert flops(Problem(**TINY)) == 32768 + 10240
+
+
+def test_flops_scale_with_batch_and_seqlen() -> None:
+    base = Problem(**{**TINY, "seqlen": 64})
+    assert flops(Problem(**{**TINY, "seqlen": 64, "batch": 3})) == 3 * flops(base)
+    assert flops(Problem(**{**TINY, "seqlen": 128})) == 2 * flops(base)
+    # A ragged last chunk counts what it computes: less than a full chunk, more than nothing.
+    assert flops(Problem(**{**TINY, "seqlen": 32})) < flops(Problem(**TINY)) < flops(base)
+
+
+def test_min_bytes_hand_computed() -> None:
+    problem = Problem(**TINY, dtype="bfloat16")  # has_D and has_dt_bias by default
+    # x + out 48·2·4·2·2, B + C 48·8·2·2, dt 48·2·4, A + dt_bias 2·4·2, D 2·4.
+    assert min_bytes(problem) == 1536 + 1536 + 384 + 16 + 8
+    state = 2 * 4 * 8 * 4
+    extras = Problem(
+        **TINY, dtype="bfloat16", has_z=True, has_initial_states=True, return_final_states=True
+    )
+    assert min_bytes(extras) == min_bytes(problem) + 48 * 2 * 4 * 2 + 2 * state
+    assert min_bytes(Problem(**TINY, dtype="float32")) == 2 * 1536 + 2 * 1536 + 384 + 16 + 8
+
+
+def test_min_bytes_scale_with_seqlen() -> None:
+    one, two = (min_bytes(Problem(**{**TINY, "seqlen": s})) for s in (4096, 8192))
+    per_head_constants = 2 * 4 * 2 + 2 * 4  # A, dt_bias, D do not grow with seqlen
+    assert two - per_head_constants == 2 * (one - per_head_constants)
+
+
+def test_key_is_stable() -> None:
+    assert Problem().key() == "b1_L4096_H64_P64_N128_G1_Q256_bfloat16_D_bias_sp"
+    assert Problem(dt_limit=(0.0, 0.1), D_has_hdim=True, has_dt_bias=False).key() == (
+        "b1_L4096_H64_P64_N128_G1_Q256_bfloat16_Dhp_sp_lim0-0.1"
+    )
+
+
+def test_key_distinguishes_every_field() -> None:
+    variants = [
+        {},
+        {"batch": 2},
+        {"seqlen": 2048},
+        {"nheads": 32},
+        {"headdim": 32},
+        {"dstate": 64},
+        {"ngroups": 2},
+        {"chunk_size": 128},
+        {"dtype": "float16"},
+        {"has_D": False},
+        {"D_has_hdim": True},
+        {"has_z": True},
+        {"has_dt_bias": False},
+        {"dt_softplus": False},
+        {"dt_limit": (0.0, 0.1)},
+        {"dt_limit": (0.001, math.inf)},
+        {"has_initial_states": True},
+        {"return_final_states": True},
+    ]
+    keys = [Problem(**v).key() for v in variants]
+    assert len(set(keys)) == len(keys)

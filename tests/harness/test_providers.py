@@ -1,0 +1,115 @@
+"""The provider registry: names, errors, device/problem support, and lazy loading."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from harness import providers
+from harness.problem import Problem
+from harness.providers import Provider, ProviderError
+from kernels import triton_ssd
+
+REPO = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private copy of the registry, so registering in a test leaves the real one alone."""
+    monkeypatch.setattr(providers, "_PROVIDERS", dict(providers._PROVIDERS))
+
+
+def _dummy(name: str) -> Provider:
+    return Provider(name=name, load=lambda: None, description="test", devices=("cpu",))
+
+
+def test_builtin_providers_are_registered() -> None:
+    assert providers.names()[:3] == ("reference", "triton", "cutile")
+    assert providers.get("triton").kernel_prefixes == triton_ssd.KERNEL_NAMES
+
+
+def test_register_adds_in_order_and_refuses_duplicates(registry: None) -> None:
+    providers.register(_dummy("extra"))
+    assert providers.names()[-1] == "extra"
+    with pytest.raises(ProviderError, match="'extra' is already registered"):
+        providers.register(_dummy("extra"))
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(ProviderError, match="unknown provider 'trition'") as err:
+        providers.get("trition")
+    assert "reference, triton, cutile" in str(err.value)
+
+
+def test_unsupported_checks_device_then_problem() -> None:
+    problem = Problem()
+    assert providers.get("reference").unsupported(problem, "cpu") is None
+    assert providers.get("reference").unsupported(problem, "cuda:1") is None
+    assert providers.get("cutile").unsupported(problem, "cpu") == "cutile runs on cuda, not cpu"
+    picky = Provider(
+        name="picky",
+        load=lambda: None,
+        description="test",
+        devices=("cpu",),
+        supports=lambda p: "dstate > 64" if p.dstate > 64 else None,
+    )
+    assert picky.unsupported(Problem(dstate=128), "cpu") == "dstate > 64"
+    assert picky.unsupported(Problem(dstate=64), "cpu") is None
+
+
+def test_cutile_supports_asks_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def unsupported_reason(headdim: int, dstate: int, chunk_size: int, dtype: str) -> str:
+        calls.append((headdim, dstate, chunk_size, dtype))
+        return "no"
+
+    fake = types.ModuleType("kernels.cutile.ssd")
+    fake.unsupported_reason = unsupported_reason
+    monkeypatch.setitem(sys.modules, "kernels.cutile.ssd", fake)
+    problem = Problem(headdim=32, dstate=64, chunk_size=128, dtype="float16")
+    assert providers.get("cutile").unsupported(problem, "cuda") == "no"
+    assert calls == [(32, 64, 128, "float16")]
+
+
+def test_load_returns_the_ssd_forward_of_each_module() -> None:
+    from kernels import reference
+
+    assert providers.get("reference").load() is reference.ssd_forward
+    assert providers.get("triton").load() is triton_ssd.ssd_forward
+
+
+@pytest.mark.parametrize(
+    ("value", "devices"),
+    [(None, ["cuda"]), ("0", ["cuda"]), ("1", ["cpu", "cuda"]), ("True", ["cpu", "cuda"])],
+)
+def test_registry_import_is_light_and_triton_cpu_needs_the_interpreter(
+    value: str | None, devices: list[str]
+) -> None:
+    """In a fresh interpreter: importing the registry loads no kernel library, and the triton
+    provider offers the CPU only when TRITON_INTERPRET is set."""
+    code = (
+        "import json, sys; from harness import providers; "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('triton', 'cuda', 'mamba_ssm') or m == 'kernels.cutile.ssd'); "
+        "print(json.dumps([heavy, providers.get('triton').devices]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if value is not None:
+        env["TRITON_INTERPRET"] = value
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(result.stdout) == [[], devices]

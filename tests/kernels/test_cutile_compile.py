@@ -1,0 +1,152 @@
+"""Ahead-of-time compile of every cuTile kernel for sm_90 and sm_100, on the CPU.
+
+Covers the specialisations the default sweep launches (bf16, P=64, N 64/128/256, Q=256, D per
+head, dt_bias, softplus) plus the option branches (fp32/TF32, z, D per head-dim, initial and
+final states), so a kernel that stops compiling fails CI without a GPU.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+ct = pytest.importorskip("cuda.tile")
+from cuda.tile.compilation import (  # noqa: E402
+    ArrayConstraint,
+    CallingConvention,
+    KernelSignature,
+    ScalarConstraint,
+    export_kernel,
+)
+
+from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel  # noqa: E402
+from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel  # noqa: E402
+from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel  # noqa: E402
+
+DTYPES = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16}
+ARCHS = ("sm_90", "sm_100")
+
+
+def array(dtype, ndim: int) -> ArrayConstraint:
+    """A contiguous array as torch hands it over: last stride 1, 16-byte aligned base."""
+    return ArrayConstraint(
+        dtype,
+        ndim,
+        index_dtype=ct.int32,
+        stride_lower_bound_incl=0,
+        alias_groups=(),
+        may_alias_internally=False,
+        stride_constant=(None,) * (ndim - 1) + (1,),
+        base_addr_divisible_by=16,
+    )
+
+
+def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignature:
+    f32 = ct.float32
+    return KernelSignature(
+        [
+            array(f32, 3),
+            array(f32, 1),
+            array(f32, 1),
+            array(f32, 4),
+            array(f32, 4),
+            ScalarConstraint(ct.int32),
+            ScalarConstraint(f32),
+            ScalarConstraint(f32),
+            256,
+            8,
+            has_bias,
+            softplus,
+        ],
+        CallingConvention.cutile_python_v2(),
+    )
+
+
+def state_signature(dtype: str, headdim: int, block: int, init: bool, final: bool):
+    t, f32 = DTYPES[dtype], ct.float32
+    return KernelSignature(
+        [
+            array(t, 4),
+            array(t, 4),
+            array(f32, 4),
+            array(f32, 4),
+            array(f32, 4),
+            array(t, 5),
+            array(f32, 4),
+            ScalarConstraint(ct.int32),
+            ScalarConstraint(ct.int32),
+            256,
+            headdim,
+            block,
+            init,
+            final,
+        ],
+        CallingConvention.cutile_python_v2(),
+    )
+
+
+def out_signature(dtype: str, headdim: int, dstate: int, d_mode: int, has_z: bool):
+    t, f32 = DTYPES[dtype], ct.float32
+    d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
+    return KernelSignature(
+        [
+            array(t, 4),
+            array(t, 4),
+            array(t, 4),
+            array(t, 5),
+            array(f32, 4),
+            array(f32, 4),
+            array(f32, d_ndim),
+            array(t, 4),
+            array(t, 4),
+            ScalarConstraint(ct.int32),
+            256,
+            headdim,
+            dstate,
+            64,
+            64,
+            d_mode,
+            has_z,
+        ],
+        CallingConvention.cutile_python_v2(),
+    )
+
+
+CASES = [
+    pytest.param(chunk_cumsum_kernel, cumsum_signature("bfloat16", True, True), id="cumsum"),
+    pytest.param(
+        fwd_pass_state_kernel, state_signature("bfloat16", 64, 64, False, False), id="state-bf16"
+    ),
+    pytest.param(
+        fwd_pass_state_kernel,
+        state_signature("float32", 64, 64, True, True),
+        id="state-fp32-init-final",
+    ),
+    *[
+        pytest.param(
+            compute_out_kernel,
+            out_signature("bfloat16", 64, n, D_PER_HEAD, False),
+            id=f"out-bf16-N{n}",
+        )
+        for n in (64, 128, 256)
+    ],
+    pytest.param(
+        compute_out_kernel,
+        out_signature("float16", 128, 128, D_PER_HEAD_DIM, True),
+        id="out-fp16-Dhp-z",
+    ),
+    pytest.param(
+        compute_out_kernel, out_signature("float32", 32, 16, D_PER_HEAD, True), id="out-fp32-z"
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(("kernel", "signature"), CASES)
+def test_kernel_compiles(kernel, signature, arch: str) -> None:
+    cubin = io.BytesIO()
+    export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
+    data = cubin.getvalue()
+    assert data[:4] == b"\x7fELF", "export did not produce an ELF cubin"

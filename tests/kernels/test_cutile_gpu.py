@@ -1,0 +1,169 @@
+"""The cuTile SSD forward on a GPU: the whole contract against the float64 reference.
+
+Run on a GPU node: `pytest -m gpu tests/kernels/test_cutile_gpu.py`. Every case draws fresh inputs
+(its own seed), poisons the allocator with NaN before the call, checks out and final states by
+‖out−ref‖/‖ref‖ against kernels.reference, and cross-checks out against mamba_ssm's Triton.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness.correctness import TOLERANCE, passes, poison_cuda_allocator, relative_error
+from harness.inputs import SSDInputs, make_inputs
+from harness.problem import Problem
+
+pytestmark = pytest.mark.gpu
+
+# One Triton config per kernel instead of autotuning each of the many shapes here (16-27 s each);
+# in the forward kernels this setting changes only the config lists, not the arithmetic.
+os.environ.setdefault("MAMBA_DETERMINISTIC", "1")
+
+BASE = Problem(
+    batch=1,
+    seqlen=1024,
+    nheads=8,
+    headdim=64,
+    dstate=64,
+    ngroups=1,
+    chunk_size=256,
+    dtype="bfloat16",
+    return_final_states=True,
+)
+
+CASES = {
+    # dtypes (fp32 runs the matmuls in TF32, like Triton's default)
+    "fp32": dict(dtype="float32"),
+    "fp16": dict(dtype="float16"),
+    "bf16": dict(),
+    # ragged and tiny sequences, several chunk sizes
+    "L1": dict(seqlen=1),
+    "L255": dict(seqlen=255),
+    "L257": dict(seqlen=257),
+    "L3000": dict(seqlen=3000, chunk_size=128),
+    "L3000-fp32": dict(seqlen=3000, dtype="float32", chunk_size=64),
+    "L100-Q64-fp16": dict(seqlen=100, chunk_size=64, dtype="float16"),
+    # groups
+    "G2": dict(nheads=8, ngroups=2),
+    "G8": dict(nheads=16, ngroups=8),
+    "G=H": dict(nheads=8, ngroups=8),
+    # head and state sizes
+    "P32": dict(headdim=32),
+    "P128": dict(headdim=128),
+    "N16": dict(dstate=16),
+    "N128": dict(dstate=128),
+    "N256": dict(dstate=256),
+    "N256-fp32": dict(dstate=256, dtype="float32"),
+    # options
+    "D-hp-z": dict(D_has_hdim=True, has_z=True),
+    "noD-nobias-nosoftplus": dict(has_D=False, has_dt_bias=False, dt_softplus=False),
+    "dt-limit": dict(dt_limit=(0.005, 0.05)),
+    "initial-states": dict(has_initial_states=True),
+    "no-final": dict(return_final_states=False, has_z=True),
+    "batch3": dict(batch=3, seqlen=600, has_initial_states=True),
+    "default-sweep-point": dict(seqlen=4096, nheads=64, dstate=128, return_final_states=False),
+    "models-codestral": dict(seqlen=2048, nheads=128, ngroups=8, dstate=128),
+}
+
+
+def _seed(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+def _run(fn, inputs: SSDInputs):
+    poison_cuda_allocator("cuda", 1 << 30)
+    result = fn(**inputs.kwargs())
+    torch.cuda.synchronize()
+    return result if isinstance(result, tuple) else (result, None)
+
+
+def _check(name: str, problem: Problem, inputs: SSDInputs) -> None:
+    from kernels.cutile.ssd import ssd_forward as cutile_forward
+    from kernels.reference import ssd_forward as reference_forward
+    from kernels.triton_ssd import ssd_forward as triton_forward
+
+    out, final = _run(cutile_forward, inputs)
+    ref_out, ref_final = _run(reference_forward, inputs)
+    err = relative_error(out, ref_out)
+    print(f"[cutile-vs-float64] {name} dtype={problem.dtype} out={err:.3e}", end="")
+    assert out.dtype == inputs.x.dtype and out.shape == inputs.x.shape
+    assert passes(err, problem.dtype), f"out rel err {err} > {TOLERANCE[problem.dtype]}"
+    if problem.return_final_states:
+        final_err = relative_error(final, ref_final)
+        print(f" final={final_err:.3e}", end="")
+        assert final.dtype == torch.float32
+        assert passes(final_err, problem.dtype), f"final rel err {final_err}"
+    tri_out, _ = _run(triton_forward, inputs)
+    cross = relative_error(out, tri_out)
+    print(f" vs-triton={cross:.3e} triton-vs-float64={relative_error(tri_out, ref_out):.3e}")
+    assert passes(cross, problem.dtype), f"cuTile vs Triton rel err {cross}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_reference(name: str) -> None:
+    problem = replace(BASE, **CASES[name])
+    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"))
+
+
+def test_strided_slices_of_one_buffer() -> None:
+    """x, B, C, dt as Mamba-2's fused path hands them: strided views into one projection buffer."""
+    problem = replace(BASE, seqlen=777, nheads=8, ngroups=2, dstate=64)
+    dense = make_inputs(problem, seed=_seed("strided"), device="cuda")
+    b, seqlen, h, p = dense.x.shape
+    g, n = dense.B.shape[2:]
+    widths = [h * p, g * n, g * n, h]
+    buffer = torch.empty(b, seqlen, sum(widths) + 8, device="cuda", dtype=dense.x.dtype)
+    x_v, b_v, c_v, dt_v = torch.split(buffer[..., : sum(widths)], widths, dim=-1)
+    x_v.copy_(dense.x.reshape(b, seqlen, h * p))
+    b_v.copy_(dense.B.reshape(b, seqlen, g * n))
+    c_v.copy_(dense.C.reshape(b, seqlen, g * n))
+    dt_v.copy_(dense.dt)  # bf16 raw dt, as the fused path's in_proj produces it
+    strided = replace(
+        dense,
+        x=x_v.view(b, seqlen, h, p),
+        B=b_v.view(b, seqlen, g, n),
+        C=c_v.view(b, seqlen, g, n),
+        dt=dt_v,
+    )
+    assert not strided.x.is_contiguous() and not strided.B.is_contiguous()
+    _check("strided", problem, strided)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(headdim=256), "headdim"),
+        (dict(dstate=512), "dstate"),
+        (dict(chunk_size=512), "chunk_size"),
+    ],
+)
+def test_unsupported_problem_is_rejected_before_launch(change: dict, message: str) -> None:
+    from kernels.cutile.ssd import ssd_forward
+
+    problem = replace(BASE, seqlen=64, **change)
+    inputs = make_inputs(problem, seed=1, device="cuda")
+    with pytest.raises(ValueError, match=message):
+        ssd_forward(**inputs.kwargs())
+
+
+def test_wrong_shapes_are_rejected() -> None:
+    from kernels.cutile.ssd import ssd_forward
+
+    inputs = make_inputs(replace(BASE, seqlen=64), seed=2, device="cuda")
+    with pytest.raises(ValueError, match="dt must have shape"):
+        ssd_forward(**{**inputs.kwargs(), "dt": inputs.dt[:, :-1]})
+    with pytest.raises(ValueError, match="nheads"):
+        ssd_forward(
+            **{
+                **inputs.kwargs(),
+                "B": inputs.B.repeat(1, 1, 3, 1),
+                "C": inputs.C.repeat(1, 1, 3, 1),
+            }
+        )
+    with pytest.raises(ValueError, match="CUDA"):
+        ssd_forward(**{**inputs.kwargs(), "x": inputs.x.cpu()})
