@@ -26,6 +26,11 @@ def _supports_everything(problem: Problem) -> str | None:
     return None
 
 
+# A provider's tuner takes the call's keyword arguments and the run's tuning policy (off / cached /
+# force) and returns extra keyword arguments for the call plus a JSON-able record of the choice.
+Tuner = Callable[[dict, str], tuple[dict, dict]]
+
+
 @dataclass(frozen=True)
 class Provider:
     """One implementation of `ssd_forward`.
@@ -35,6 +40,8 @@ class Provider:
     kernel_prefixes: profiler kernel-name prefixes of its launches, for the per-kernel breakdown;
         empty when the breakdown means nothing (the PyTorch reference launches generic kernels).
     supports: the reason a problem is out of its range, or None when it can run it.
+    tuner: picks launch parameters for a point before it is checked and timed (None: nothing to
+        tune); what it returns is recorded in the rows' tuning column.
     """
 
     name: str
@@ -43,6 +50,7 @@ class Provider:
     devices: tuple[str, ...]
     kernel_prefixes: tuple[str, ...] = ()
     supports: Callable[[Problem], str | None] = _supports_everything
+    tuner: Tuner | None = None
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
         """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
@@ -87,6 +95,13 @@ def _cutile_supports(problem: Problem) -> str | None:
     return unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
 
 
+def _cutile_tuner(kwargs: dict, policy: str) -> tuple[dict, dict]:
+    from kernels.cutile.autotune import configure
+
+    config, record = configure(kwargs, policy)
+    return {"config": config}, record
+
+
 register(
     Provider(
         name="reference",
@@ -115,5 +130,6 @@ register(
         # cuTile mangles kernel names (chunk_cumsum_kernel_Kt2_...): match the Python names' stems.
         kernel_prefixes=("chunk_cumsum", "fwd_pass_state", "compute_out"),
         supports=_cutile_supports,
+        tuner=_cutile_tuner,
     )
 )

@@ -2,10 +2,13 @@
 
 out[m] = exp(dA[m])·C[m]·h_chunkᵀ + Σ_{k≤m} (C[m]·B[k]) · exp(dA[m] − dA[k]) · dt[k] · x[k]
          + D·x[m], then optionally · silu(z[m]).
-One CTA per (head, TM rows of a chunk, batch), heads fastest so neighbouring CTAs share C/B tiles
-in L2. The C·Bᵀ tile lives only in registers: it is masked, decayed, rounded to the input dtype
-(as Triton does) and fed straight into the next mma. The causal mask is applied to the exponent
-(−inf above the diagonal), so no exponential of a positive number is ever taken.
+One CTA per (HB heads of one group, TM rows of a chunk, batch), heads fastest so neighbouring CTAs
+share C/B tiles in L2; with HB = 2 each C·Bᵀ tile serves two heads, halving its cost. The C·Bᵀ
+tile lives only in registers: it is masked, decayed, rounded to the input dtype (as Triton does)
+and fed straight into the next mma. The causal mask is applied to the exponent
+(−inf above the diagonal), so no exponential of a positive number is ever taken. dstate is
+consumed in NS-wide slices so that large states still fit the occupancy hint; the first slice of
+C stays resident, the others are reloaded (from L2) per k-tile.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -21,89 +25,82 @@ ConstBool = ct.Constant[bool]
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
 
-@ct.kernel
-def compute_out_kernel(
-    x,  # (b, l, h, p)
-    B,  # (b, l, g, n)
-    C,  # (b, l, g, n)
-    states,  # (b, nchunks, h, p, n): state entering each chunk
-    dt_out,  # (b, h, nchunks, Q) float32
-    dA_cumsum,  # (b, h, nchunks, Q) float32
-    D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
-    z,  # (b, l, h, p) (unused unless HAS_Z)
-    out,  # (b, l, h, p)
-    heads_per_group: int,
-    Q: ConstInt,
-    P: ConstInt,
-    N: ConstInt,
-    TM: ConstInt,
-    TK: ConstInt,
-    D_MODE: ConstInt,
-    HAS_Z: ConstBool,
+def _carried_state(
+    C,
+    states,
+    c_first,
+    batch,
+    chunk,
+    head,
+    row_block,
+    group,
+    TM: int,
+    P: int,
+    NS: int,
+    slices: int,
+    mma_dtype,
 ):
-    head = ct.bid(0)
-    row_block = ct.bid(1)  # TM-row block along the sequence
-    batch = ct.bid(2)
-    group = head // heads_per_group
-    blocks_per_chunk = Q // TM
-    chunk = row_block // blocks_per_chunk
-    m_block = row_block % blocks_per_chunk
+    """C[m]·hᵀ for one head, the state loaded transposed as (NS, P) tiles."""
+    acc = ct.zeros((TM, P), dtype=ct.float32)
+    for s in range(slices):
+        c_s = c_first
+        if s > 0:
+            c_s = (
+                ct.load(
+                    C,
+                    index=(batch, row_block, group, s),
+                    shape=(1, TM, 1, NS),
+                    padding_mode=ct.PaddingMode.ZERO,
+                )
+                .reshape((TM, NS))
+                .astype(mma_dtype)
+            )
+        state_t = ct.load(
+            states,
+            index=(batch, chunk, head, s, 0),
+            shape=(1, 1, 1, NS, P),
+            order=(0, 1, 2, 4, 3),
+            padding_mode=ct.PaddingMode.ZERO,
+        )
+        acc = ct.mma(c_s, state_t.reshape((NS, P)).astype(mma_dtype), acc)
+    return acc
+
+
+def _intra_chunk(
+    acc,
+    cb,
+    x,
+    dt_out,
+    dA_cumsum,
+    dA_m,
+    causal,
+    batch,
+    head,
+    chunk,
+    k_block,
+    k_tile,
+    TK: int,
+    P: int,
+    mma_dtype,
+):
+    """acc + (C·Bᵀ ⊙ decay ⊙ dt)·x over one k-tile for one head; exponent −inf off the mask."""
+    dA_k = ct.load(dA_cumsum, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    exponent = ct.where(causal, dA_m[:, None] - dA_k.reshape((TK,))[None, :], -float("inf"))
+    weight = (cb * ct.exp(exponent) * dt_k.reshape((TK,))[None, :]).astype(mma_dtype)
+    x_k = ct.load(
+        x,
+        index=(batch, k_tile, head, 0),
+        shape=(1, TK, 1, P),
+        padding_mode=ct.PaddingMode.ZERO,
+        latency=4,
+    ).reshape((TK, P))
+    return ct.mma(weight, x_k.astype(mma_dtype), acc)
+
+
+def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: int, HAS_Z: bool):
+    """Add D·x, gate with silu(z), store one head's (TM, P) output tile."""
     zero = ct.PaddingMode.ZERO
-    mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
-
-    c_m = (
-        ct.load(C, index=(batch, row_block, group, 0), shape=(1, TM, 1, N), padding_mode=zero)
-        .reshape((TM, N))
-        .astype(mma_dtype)
-    )
-    dA_m = ct.load(dA_cumsum, index=(batch, head, chunk, m_block), shape=(1, 1, 1, TM)).reshape(
-        (TM,)
-    )
-
-    # Carried state: C[m]·hᵀ, the state loaded transposed as an (N, P) tile.
-    state_t = ct.load(
-        states,
-        index=(batch, chunk, head, 0, 0),
-        shape=(1, 1, 1, N, P),
-        order=(0, 1, 2, 4, 3),
-        padding_mode=zero,
-    ).reshape((N, P))
-    acc = ct.mma(c_m, state_t.astype(mma_dtype), ct.zeros((TM, P), dtype=ct.float32))
-    acc = acc * ct.exp(dA_m)[:, None]
-
-    # Causal intra-chunk part, k-tiles up to and including the diagonal.
-    rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
-    k_blocks_per_chunk = Q // TK
-    for k_block in range((m_block + 1) * (TM // TK)):
-        b_k = ct.load(
-            B,
-            index=(batch, 0, group, chunk * k_blocks_per_chunk + k_block),
-            shape=(1, N, 1, TK),
-            order=(0, 3, 2, 1),
-            padding_mode=zero,
-            latency=2,
-        ).reshape((N, TK))
-        cb = ct.mma(c_m, b_k.astype(mma_dtype), ct.zeros((TM, TK), dtype=ct.float32))
-        dA_k = ct.load(dA_cumsum, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK)).reshape(
-            (TK,)
-        )
-        dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK)).reshape(
-            (TK,)
-        )
-        cols = k_block * TK + ct.arange(TK, dtype=ct.int32)
-        exponent = ct.where(
-            rows[:, None] >= cols[None, :], dA_m[:, None] - dA_k[None, :], -float("inf")
-        )
-        weight = (cb * ct.exp(exponent) * dt_k[None, :]).astype(mma_dtype)
-        x_k = ct.load(
-            x,
-            index=(batch, chunk * k_blocks_per_chunk + k_block, head, 0),
-            shape=(1, TK, 1, P),
-            padding_mode=zero,
-            latency=4,
-        ).reshape((TK, P))
-        acc = ct.mma(weight, x_k.astype(mma_dtype), acc)
-
     if D_MODE != D_NONE:
         x_m = (
             ct.load(x, index=(batch, row_block, head, 0), shape=(1, TM, 1, P), padding_mode=zero)
@@ -127,6 +124,148 @@ def compute_out_kernel(
     )
 
 
+@ct.kernel
+def compute_out_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    states,  # (b, nchunks, h, p, n): state entering each chunk
+    dt_out,  # (b, h, nchunks, Q) float32
+    dA_cumsum,  # (b, h, nchunks, Q) float32
+    D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
+    z,  # (b, l, h, p) (unused unless HAS_Z)
+    out,  # (b, l, h, p)
+    heads_per_group: int,
+    Q: ConstInt,
+    P: ConstInt,
+    N: ConstInt,
+    NS: ConstInt,
+    TM: ConstInt,
+    TK: ConstInt,
+    HB: ConstInt,
+    D_MODE: ConstInt,
+    HAS_Z: ConstBool,
+):
+    head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
+    row_block = ct.bid(1)  # TM-row block along the sequence
+    batch = ct.bid(2)
+    group = head // heads_per_group
+    blocks_per_chunk = Q // TM
+    chunk = row_block // blocks_per_chunk
+    m_block = row_block % blocks_per_chunk
+    slices = N // NS
+    zero = ct.PaddingMode.ZERO
+    mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
+
+    c_first = (
+        ct.load(C, index=(batch, row_block, group, 0), shape=(1, TM, 1, NS), padding_mode=zero)
+        .reshape((TM, NS))
+        .astype(mma_dtype)
+    )
+    dA_m0 = ct.load(dA_cumsum, index=(batch, head, chunk, m_block), shape=(1, 1, 1, TM)).reshape(
+        (TM,)
+    )
+    acc0 = (
+        _carried_state(
+            C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
+        )
+        * ct.exp(dA_m0)[:, None]
+    )
+    dA_m1 = dA_m0
+    acc1 = acc0
+    if HB == 2:
+        dA_m1 = ct.load(
+            dA_cumsum, index=(batch, head + 1, chunk, m_block), shape=(1, 1, 1, TM)
+        ).reshape((TM,))
+        acc1 = (
+            _carried_state(
+                C,
+                states,
+                c_first,
+                batch,
+                chunk,
+                head + 1,
+                row_block,
+                group,
+                TM,
+                P,
+                NS,
+                slices,
+                mma_dtype,
+            )
+            * ct.exp(dA_m1)[:, None]
+        )
+
+    # Causal intra-chunk part, k-tiles up to and including the diagonal.
+    rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
+    k_blocks_per_chunk = Q // TK
+    for k_block in range((m_block + 1) * (TM // TK)):
+        k_tile = chunk * k_blocks_per_chunk + k_block
+        cb = ct.zeros((TM, TK), dtype=ct.float32)
+        for s in range(slices):
+            c_s = c_first
+            if s > 0:
+                c_s = (
+                    ct.load(
+                        C,
+                        index=(batch, row_block, group, s),
+                        shape=(1, TM, 1, NS),
+                        padding_mode=zero,
+                    )
+                    .reshape((TM, NS))
+                    .astype(mma_dtype)
+                )
+            b_k = ct.load(
+                B,
+                index=(batch, s, group, k_tile),
+                shape=(1, NS, 1, TK),
+                order=(0, 3, 2, 1),
+                padding_mode=zero,
+                latency=2,
+            ).reshape((NS, TK))
+            cb = ct.mma(c_s, b_k.astype(mma_dtype), cb)
+        causal = rows[:, None] >= (k_block * TK + ct.arange(TK, dtype=ct.int32))[None, :]
+        acc0 = _intra_chunk(
+            acc0,
+            cb,
+            x,
+            dt_out,
+            dA_cumsum,
+            dA_m0,
+            causal,
+            batch,
+            head,
+            chunk,
+            k_block,
+            k_tile,
+            TK,
+            P,
+            mma_dtype,
+        )
+        if HB == 2:
+            acc1 = _intra_chunk(
+                acc1,
+                cb,
+                x,
+                dt_out,
+                dA_cumsum,
+                dA_m1,
+                causal,
+                batch,
+                head + 1,
+                chunk,
+                k_block,
+                k_tile,
+                TK,
+                P,
+                mma_dtype,
+            )
+
+    _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
+    if HB == 2:
+        _finish(acc1, x, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
+
+
 def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -136,43 +275,44 @@ def compute_out(
     dA_cumsum: torch.Tensor,
     D: torch.Tensor | None,
     z: torch.Tensor | None,
-    block_m: int = 64,
-    block_k: int = 64,
+    config: SSDConfig = DEFAULT_CONFIG,
 ) -> torch.Tensor:
     """Launch compute_out; returns out (b, l, h, p) in x's dtype."""
-    batch, seqlen, nheads, headdim = x.shape
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    grid, kernel, args = compute_out_launch(x, B, C, states, dt_out, dA_cumsum, D, z, out, config)
+    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    return out
+
+
+def compute_out_launch(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    states: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    out: torch.Tensor,
+    config: SSDConfig,
+) -> tuple[tuple[int, int, int], object, tuple]:
+    """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner."""
+    batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
-    device = x.device
-    out = torch.empty(batch, seqlen, nheads, headdim, device=device, dtype=x.dtype)
-    tm = min(block_m, chunk_size)
-    tk = min(block_k, tm)
+    tm = min(config.out_block_m, chunk_size)
+    tk = min(config.out_block_k, tm)
+    n_tile = pow2_tile(dstate)
+    ns = min(config.out_slice_n, n_tile)
     d_mode = D_NONE if D is None else (D_PER_HEAD if D.dim() == 1 else D_PER_HEAD_DIM)
-    d_arg = D if D is not None else torch.empty(1, device=device)
-    z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=device, dtype=x.dtype)
-    grid = (nheads, nchunks * (chunk_size // tm), batch)
-    ct.launch(
-        torch.cuda.current_stream(),
-        grid,
-        compute_out_kernel,
-        (
-            x,
-            B,
-            C,
-            states,
-            dt_out,
-            dA_cumsum,
-            d_arg,
-            z_arg,
-            out,
-            nheads // ngroups,
-            chunk_size,
-            pow2_tile(headdim),
-            pow2_tile(dstate),
-            tm,
-            tk,
-            d_mode,
-            z is not None,
-        ),
-    )
-    return out
+    d_arg = D if D is not None else torch.empty(1, device=x.device)
+    z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
+    heads_per_group = nheads // ngroups
+    hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
+    grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
+    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
+    args = (
+        x, B, C, states, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, chunk_size,
+        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
+    )  # fmt: skip
+    return grid, kernel, args

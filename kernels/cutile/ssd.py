@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+
 MATMUL_POLICY = "operands in input dtype (tf32 for float32), fp32 accumulate"
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -46,8 +48,12 @@ def ssd_forward(
     dt_softplus: bool = False,
     dt_limit: tuple[float, float] = (0.0, math.inf),
     return_final_states: bool = False,
+    config: SSDConfig | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Mamba-2 SSD forward with cuTile; returns out, or (out, final_states) when asked."""
+    """Mamba-2 SSD forward with cuTile; returns out, or (out, final_states) when asked.
+
+    `config` picks tile sizes and occupancy (kernels/cutile/config.py); None takes the defaults.
+    """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cumsum import chunk_cumsum
@@ -57,9 +63,14 @@ def ssd_forward(
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
-    dt_out, dA_cumsum = chunk_cumsum(dt, A, dt_bias, chunk_size, dt_softplus, dt_limit)
-    states, final = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, return_final_states)
-    out = compute_out(x, B, C, states, dt_out, dA_cumsum, D, z)
+    config = config or DEFAULT_CONFIG
+    dt_out, dA_cumsum = chunk_cumsum(
+        dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
+    )
+    states, final = fwd_pass_state(
+        x, B, dt_out, dA_cumsum, initial_states, return_final_states, config
+    )
+    out = compute_out(x, B, C, states, dt_out, dA_cumsum, D, z, config)
     return (out, final) if return_final_states else out
 
 

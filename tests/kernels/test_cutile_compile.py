@@ -22,10 +22,12 @@ from cuda.tile.compilation import (  # noqa: E402
 
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel  # noqa: E402
 from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel  # noqa: E402
+from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel  # noqa: E402
 
 DTYPES = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16}
 ARCHS = ("sm_90", "sm_100")
+CONFIG = SSDConfig()  # the default launch configuration
 
 
 def array(dtype, ndim: int) -> ArrayConstraint:
@@ -63,64 +65,45 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
     )
 
 
-def state_signature(dtype: str, headdim: int, block: int, init: bool, final: bool):
+def state_signature(dtype: str, headdim: int, init: bool, final: bool) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
-    return KernelSignature(
-        [
-            array(t, 4),
-            array(t, 4),
-            array(f32, 4),
-            array(f32, 4),
-            array(f32, 4),
-            array(t, 5),
-            array(f32, 4),
-            ScalarConstraint(ct.int32),
-            ScalarConstraint(ct.int32),
-            256,
-            headdim,
-            block,
-            init,
-            final,
-        ],
-        CallingConvention.cutile_python_v2(),
-    )
+    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 4)]
+    scalars = [ScalarConstraint(ct.int32)] * 2
+    constants = [256, headdim, CONFIG.state_block_n, CONFIG.state_block_q, init, final]
+    return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
-def out_signature(dtype: str, headdim: int, dstate: int, d_mode: int, has_z: bool):
+def out_signature(
+    dtype: str, headdim: int, dstate: int, d_mode: int, has_z: bool, heads: int = 1
+) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
+    arrays = [array(t, 4)] * 3 + [array(t, 5), array(f32, 4), array(f32, 4), array(f32, d_ndim)]
+    arrays += [array(t, 4)] * 2
+    constants = [
+        256,
+        headdim,
+        dstate,
+        min(CONFIG.out_slice_n, dstate),
+        CONFIG.out_block_m,
+        CONFIG.out_block_k,
+        heads,
+        d_mode,
+        has_z,
+    ]
     return KernelSignature(
-        [
-            array(t, 4),
-            array(t, 4),
-            array(t, 4),
-            array(t, 5),
-            array(f32, 4),
-            array(f32, 4),
-            array(f32, d_ndim),
-            array(t, 4),
-            array(t, 4),
-            ScalarConstraint(ct.int32),
-            256,
-            headdim,
-            dstate,
-            64,
-            64,
-            d_mode,
-            has_z,
-        ],
-        CallingConvention.cutile_python_v2(),
+        arrays + [ScalarConstraint(ct.int32)] + constants, CallingConvention.cutile_python_v2()
     )
 
 
 CASES = [
     pytest.param(chunk_cumsum_kernel, cumsum_signature("bfloat16", True, True), id="cumsum"),
     pytest.param(
-        fwd_pass_state_kernel, state_signature("bfloat16", 64, 64, False, False), id="state-bf16"
+        fwd_pass_state_kernel, state_signature("bfloat16", 64, False, False), id="state-bf16"
     ),
     pytest.param(
         fwd_pass_state_kernel,
-        state_signature("float32", 64, 64, True, True),
+        state_signature("float32", 64, True, True),
         id="state-fp32-init-final",
     ),
     *[
@@ -135,6 +118,11 @@ CASES = [
         compute_out_kernel,
         out_signature("float16", 128, 128, D_PER_HEAD_DIM, True),
         id="out-fp16-Dhp-z",
+    ),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, heads=2),
+        id="out-bf16-N256-two-heads",
     ),
     pytest.param(
         compute_out_kernel, out_signature("float32", 32, 16, D_PER_HEAD, True), id="out-fp32-z"

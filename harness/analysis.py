@@ -1,0 +1,141 @@
+"""Speedup and per-kernel tables built from a results table (see docs/architecture.md).
+
+The report, the notebook and the gate all read speedups from here, so that one definition of
+"speedup" and of its interval exists. Only rows with status "ok" count as timed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+#: Columns that describe a point (its key and shape); carried unchanged into every table.
+POINT_COLUMNS = (
+    "point",
+    "batch",
+    "seqlen",
+    "nheads",
+    "headdim",
+    "dstate",
+    "ngroups",
+    "chunk_size",
+    "dtype",
+    "options",
+)
+#: Shape columns that may vary within a sweep, in the order tables are sorted by.
+SHAPE_COLUMNS = ("seqlen", "nheads", "dstate", "headdim", "batch", "ngroups", "chunk_size")
+_SIDE_COLUMNS = ("status", "error", "median_ms", "ci_low_ms", "ci_high_ms", "ci_wide")
+
+
+def _one_side(rows: pd.DataFrame, provider: str, prefix: str) -> pd.DataFrame:
+    """One provider's rows keyed by point, timing columns renamed with `prefix`."""
+    side = rows[rows["provider"] == provider]
+    if "timestamp" in side.columns:
+        side = side.sort_values("timestamp", kind="stable")
+    side = side.drop_duplicates("point", keep="last")[["point", *_SIDE_COLUMNS]]
+    return side.rename(columns={c: f"{prefix}_{c}" for c in _SIDE_COLUMNS})
+
+
+def speedups(
+    df: pd.DataFrame, baseline: str = "triton", candidate: str = "cutile", mode: str = "graph"
+) -> pd.DataFrame:
+    """One row per point of `mode`: both providers' medians and CIs, and their ratio.
+
+    speedup = baseline median / candidate median (> 1: the candidate is faster). Its interval
+    [baseline ci_low / candidate ci_high, baseline ci_high / candidate ci_low] joins the extreme
+    ends of the two recorded 95 % intervals of the median: it holds the true ratio whenever both
+    intervals hold their medians (probability >= 0.95**2 for independent runs) and is wider than
+    an exact 95 % ratio interval, so decisions taken on it err on the side of "no difference".
+    `timed` is True only when both providers have status "ok"; other rows keep NaN speedups
+    and show the statuses ("missing" where a provider has no row).
+    """
+    rows = df[df["mode"] == mode]
+    shapes = rows[list(POINT_COLUMNS)].drop_duplicates("point")
+    table = shapes.merge(_one_side(rows, baseline, "baseline"), on="point", how="left").merge(
+        _one_side(rows, candidate, "candidate"), on="point", how="left"
+    )
+    for prefix in ("baseline", "candidate"):
+        table[f"{prefix}_status"] = table[f"{prefix}_status"].fillna("missing")
+        table[f"{prefix}_error"] = table[f"{prefix}_error"].fillna("")
+        table[f"{prefix}_ci_wide"] = table[f"{prefix}_ci_wide"].fillna(False).astype(bool)
+    table.insert(1, "mode", mode)
+    table.insert(2, "baseline", baseline)
+    table.insert(3, "candidate", candidate)
+    table["timed"] = (table["baseline_status"] == "ok") & (table["candidate_status"] == "ok")
+    timed = table["timed"]
+    table["speedup"] = (table["baseline_median_ms"] / table["candidate_median_ms"]).where(timed)
+    low, high = ratio_interval(
+        table["baseline_ci_low_ms"],
+        table["baseline_ci_high_ms"],
+        table["candidate_ci_low_ms"],
+        table["candidate_ci_high_ms"],
+    )
+    table["speedup_low"] = low.where(timed)
+    table["speedup_high"] = high.where(timed)
+    table["ci_wide"] = table["baseline_ci_wide"] | table["candidate_ci_wide"]
+    return table.sort_values(list(SHAPE_COLUMNS) + ["point"], kind="stable").reset_index(drop=True)
+
+
+def ratio_interval(
+    num_low: pd.Series, num_high: pd.Series, den_low: pd.Series, den_high: pd.Series
+) -> tuple[pd.Series, pd.Series]:
+    """Interval of num/den from intervals of two positive quantities (extreme-end combination)."""
+    return num_low / den_high, num_high / den_low
+
+
+def geomean(values: pd.Series) -> float:
+    """Geometric mean of positive ratios (the mean that treats 2x and 0.5x symmetrically)."""
+    values = values.dropna()
+    return float(np.exp(np.log(values).mean())) if len(values) else math.nan
+
+
+def summarize(table: pd.DataFrame) -> dict:
+    """Headline numbers of a speedups() table: counts, range and geometric mean of the speedup."""
+    timed = table[table["timed"]]
+    return {
+        "points": len(table),
+        "timed": len(timed),
+        "min": float(timed["speedup"].min()) if len(timed) else math.nan,
+        "max": float(timed["speedup"].max()) if len(timed) else math.nan,
+        "geomean": geomean(timed["speedup"]),
+        "ci_wide": int(timed["ci_wide"].sum()),
+    }
+
+
+def kernel_breakdown(df: pd.DataFrame, mode: str = "kernels") -> pd.DataFrame:
+    """Long table of per-kernel medians from the `kernel_ms` JSON column, ok rows of `mode`.
+
+    One row per point x provider x kernel, kernels in recorded (launch) order, with `share` the
+    kernel's part of that provider's summed kernel time at the point.
+    """
+    rows = df[(df["mode"] == mode) & (df["status"] == "ok")]
+    records = []
+    for row in rows.itertuples(index=False):
+        kernels = json.loads(row.kernel_ms or "{}")
+        total = sum(kernels.values())
+        for order, (name, ms) in enumerate(kernels.items()):
+            shape = {c: getattr(row, c) for c in POINT_COLUMNS}
+            records.append(
+                {
+                    **shape,
+                    "provider": row.provider,
+                    "kernel": name,
+                    "order": order,
+                    "ms": float(ms),
+                    "share": float(ms) / total if total else math.nan,
+                    "kernels_total_ms": total,
+                }
+            )
+    columns = [*POINT_COLUMNS, "provider", "kernel", "order", "ms", "share", "kernels_total_ms"]
+    table = pd.DataFrame.from_records(records, columns=columns)
+    order = [*SHAPE_COLUMNS, "point", "provider", "order"]
+    return table.sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def varying_columns(table: pd.DataFrame, exclude: tuple[str, ...] = ()) -> list[str]:
+    """Shape/dtype/option columns that take more than one value in `table` (for labels)."""
+    candidates = [c for c in (*SHAPE_COLUMNS, "dtype", "options") if c not in exclude]
+    return [c for c in candidates if c in table.columns and table[c].nunique(dropna=False) > 1]

@@ -1,0 +1,298 @@
+"""Hydra structured configs of run_bench.py, and their validation before any GPU work.
+
+The schema (BenchConfig and its groups) is registered in Hydra's ConfigStore as `bench_schema` and
+is the first entry of conf/config.yaml's defaults, so every YAML file and command-line override
+merges into typed nodes: an unknown key or a value of the wrong type fails at composition, naming
+the key. `validate` then checks ranges and builds every sweep point as a `Problem`, so a bad point
+fails with the field's name before a GPU is touched. `preflight` does all of that for every job
+of a command line, multirun included.
+
+A sweep is the product of the values given for each Problem field (a scalar or a list, so that
+both `sweep.seqlen=[1024,4096]` and multirun's `-m sweep.seqlen=1024,4096` work), repeated for
+each entry of an optional `points` list whose fields replace the sweep's (models.yaml).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from harness.problem import Problem
+from harness.timing import TimingPolicy
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+PROBLEM_FIELDS = tuple(f.name for f in fields(Problem))
+# Sweep order, outermost first: seqlen varies fastest, so neighbouring points share autotune keys.
+_AXIS_ORDER = (
+    "dtype", "batch", "headdim", "chunk_size", "ngroups", "has_D", "D_has_hdim", "has_z",
+    "has_dt_bias", "dt_softplus", "dt_limit", "has_initial_states", "return_final_states",
+    "nheads", "dstate", "seqlen",
+)  # fmt: skip
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message is one line naming the key."""
+
+
+class Mode(Enum):
+    eager = "eager"
+    graph = "graph"
+    kernels = "kernels"
+
+
+class L2(Enum):
+    cold = "cold"
+    warm = "warm"
+
+
+class Tune(Enum):
+    """cuTile tuning: off (fixed configs), cached (reuse picks, tune when none), force (retune)."""
+
+    off = "off"
+    cached = "cached"
+    force = "force"
+
+
+class TritonAutotune(Enum):
+    """once: Triton's picks persist across points with one autotune key (its own behaviour);
+    per_point: they are forgotten before every point, so each point is tuned for its own shape."""
+
+    once = "once"
+    per_point = "per_point"
+
+
+@dataclass
+class SweepConfig:
+    """Points to measure. Each Problem field takes a value or a list of values (None: Problem's
+    default); dt_limit takes a [low, high] pair or a list of pairs."""
+
+    name: str = MISSING
+    batch: Any = None
+    seqlen: Any = None
+    nheads: Any = None
+    headdim: Any = None
+    dstate: Any = None
+    ngroups: Any = None
+    chunk_size: Any = None
+    dtype: Any = None
+    has_D: Any = None
+    D_has_hdim: Any = None
+    has_z: Any = None
+    has_dt_bias: Any = None
+    dt_softplus: Any = None
+    dt_limit: Any = None
+    has_initial_states: Any = None
+    return_final_states: Any = None
+    points: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class TimingConfig(TimingPolicy):
+    """Timing modes, L2 state and the stopping rule (fields of TimingPolicy)."""
+
+    modes: list[Mode] = field(default_factory=lambda: list(Mode))
+    l2: L2 = L2.cold
+    flush_mib: int = 512  # zeroed before every rep with a cold L2; at least twice the L2 is used
+
+
+@dataclass
+class ProvidersConfig:
+    names: list[str] = MISSING
+
+
+@dataclass
+class CheckConfig:
+    """Correctness check before timing: against the float64 reference when its estimated memory
+    fits reference_max_gib (and it does not run out of memory), else against `fallback`."""
+
+    reference_max_gib: float = 64.0
+    fallback: str = "triton"
+
+
+@dataclass
+class BenchConfig:
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    providers: ProvidersConfig = field(default_factory=ProvidersConfig)
+    check: CheckConfig = field(default_factory=CheckConfig)
+    run_id: str | None = None  # None: a new run named <sweep.name>-<UTC date-time>
+    resume: bool = False  # with run_id None: continue the newest run of this same sweep
+    results_dir: str = "results"  # runs go to <results_dir>/<gpu-slug>/<run_id>/
+    seed: int = 0  # input seed of every point
+    device: int = 0  # CUDA device index
+    tune: Tune = Tune.cached
+    triton_autotune: TritonAutotune = TritonAutotune.once
+    progress: bool = True
+
+
+ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+
+
+def _axis(name: str, value: Any) -> list:
+    """The list of values a sweep field takes."""
+    if isinstance(value, dict):
+        raise ConfigError(f"sweep.{name} must be a value or a list of values, got a mapping")
+    if not isinstance(value, (list, tuple)):
+        return [value]
+    if not value:
+        raise ConfigError(f"sweep.{name} is an empty list")
+    if name == "dt_limit" and not isinstance(value[0], (list, tuple)):
+        return [value]  # one [low, high] pair
+    if name != "dt_limit" and any(isinstance(v, (list, tuple, dict)) for v in value):
+        raise ConfigError(f"sweep.{name} must be a value or a list of values, got {value}")
+    return list(value)
+
+
+def expand_points(sweep: SweepConfig) -> list[Problem]:
+    """Every point of the sweep, validated, duplicates dropped, in sweep order."""
+    problems: list[Problem] = []
+    for i, entry in enumerate(sweep.points or [{}]):
+        where = f"sweep.points[{i}]" if sweep.points else "sweep"
+        unknown = sorted(set(entry) - set(PROBLEM_FIELDS))
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown field(s) {unknown}; allowed: {list(PROBLEM_FIELDS)}"
+            )
+        chosen = {name: entry.get(name, getattr(sweep, name)) for name in _AXIS_ORDER}
+        axes = {name: _axis(name, v) for name, v in chosen.items() if v is not None}
+        for combo in itertools.product(*axes.values()):
+            try:
+                problem = Problem(**dict(zip(axes, combo, strict=True)))
+            except (TypeError, ValueError) as exc:  # ProblemError names the field
+                raise ConfigError(f"{where}: {exc}") from None
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: BenchConfig) -> list[Problem]:
+    """Check every value the schema cannot; returns the sweep's points."""
+    from harness import providers
+
+    t = cfg.timing
+    _check(bool(t.modes), "timing.modes must name at least one mode")
+    _check(len(set(t.modes)) == len(t.modes), f"timing.modes has duplicates: {t.modes}")
+    _check(t.warmup >= 0, f"timing.warmup must be >= 0, got {t.warmup}")
+    _check(t.min_reps >= 1, f"timing.min_reps must be >= 1, got {t.min_reps}")
+    _check(t.max_reps >= t.min_reps, f"timing.max_reps must be >= min_reps, got {t.max_reps}")
+    _check(t.max_seconds > 0, f"timing.max_seconds must be > 0, got {t.max_seconds}")
+    _check(0 < t.ci_target < 1, f"timing.ci_target must be in (0, 1), got {t.ci_target}")
+    _check(t.kernels_batch >= 1, f"timing.kernels_batch must be >= 1, got {t.kernels_batch}")
+    _check(t.flush_mib >= 0, f"timing.flush_mib must be >= 0, got {t.flush_mib}")
+    names = cfg.providers.names
+    _check(bool(names), "providers.names must name at least one provider")
+    _check(len(set(names)) == len(names), f"providers.names has duplicates: {names}")
+    for name in [*names, cfg.check.fallback]:
+        try:
+            providers.get(name)
+        except providers.ProviderError as exc:
+            key = "check.fallback" if name not in names else "providers.names"
+            raise ConfigError(f"{key}: {exc}") from None
+    _check(cfg.check.reference_max_gib >= 0, "check.reference_max_gib must be >= 0")
+    _check(cfg.device >= 0, f"device must be >= 0, got {cfg.device}")
+    _check(
+        cfg.run_id is None or RUN_ID.fullmatch(cfg.run_id) is not None,
+        f"run_id must be letters, digits, '.', '_' or '-', got {cfg.run_id!r}",
+    )
+    return expand_points(cfg.sweep)
+
+
+def _unknown_keys(node: dict, schema: dict, prefix: str = "") -> list[str]:
+    found = []
+    for key, value in node.items():
+        if key not in schema:
+            found.append(f"{prefix}{key}")
+        elif isinstance(schema[key], dict) and isinstance(value, dict):
+            found += _unknown_keys(value, schema[key], f"{prefix}{key}.")
+    return found
+
+
+def to_bench(cfg: DictConfig) -> BenchConfig:
+    """The composed config as a BenchConfig object (missing values and keys added with Hydra's
+    `+key=value`, which bypasses the schema, are a ConfigError)."""
+    schema = OmegaConf.to_container(OmegaConf.structured(BenchConfig))
+    unknown = _unknown_keys(OmegaConf.to_container(cfg), schema)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown}; see harness/config.py for the keys")
+    try:
+        bench = OmegaConf.to_object(cfg)
+    except Exception as exc:  # OmegaConf's MissingMandatoryValue and friends
+        raise ConfigError(one_line(exc)) from None
+    if not isinstance(bench, BenchConfig):
+        raise ConfigError("the config was not composed from bench_schema (conf/config.yaml)")
+    return bench
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra/OmegaConf errors span lines (message, cause, full_key); keep what names the key."""
+    parts = []
+    while exc is not None:
+        for line in (line.strip() for line in str(exc).splitlines()):
+            if line.startswith("Config search path"):
+                break
+            if line and not line.startswith(("object_type", "reference_type")):
+                parts.append(line)
+        exc = exc.__cause__
+    return "; ".join(dict.fromkeys(parts))
+
+
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """The job config conf/config.yaml composes to with these overrides (no hydra node)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def job_overrides(args: Sequence[str]) -> list[list[str]]:
+    """Override lists of the jobs a command line runs: one, or multirun's (-m) product of sweeps.
+
+    Hydra's own overrides (hydra.*, hydra/...) are left out: they do not shape the job config.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    lines = [a for a in args if a not in ("-m", "--multirun")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+    except Exception as exc:
+        raise ConfigError(one_line(exc)) from None
+    choices = []
+    for override in parsed:
+        if override.is_hydra_override():
+            continue
+        if not override.is_sweep_override():
+            choices.append([override.input_line])
+            continue
+        _check(multirun, f"{override.input_line}: sweeping over values needs multirun (-m)")
+        _check(override.is_discrete_sweep(), f"{override.input_line}: only lists/ranges sweep")
+        key = override.get_key_element()
+        choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def preflight(args: Sequence[str]) -> int:
+    """Compose and validate every job of `run_bench.py args`; returns the number of points."""
+    total = 0
+    for overrides in job_overrides(args):
+        try:
+            cfg = compose(overrides)
+        except Exception as exc:  # Hydra's composition errors name the key
+            raise ConfigError(one_line(exc)) from None
+        total += len(validate(to_bench(cfg)))
+    return total

@@ -1,0 +1,153 @@
+"""Where and with what a run was measured: the one place that captures the environment.
+
+Every probe tolerates absence (no nvidia-smi, no git, a package not installed) by recording None,
+because a missing fact must never stop a measurement. The dict goes into meta.json under "env".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import re
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kernels.cutile.toolchain import tileiras_version
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = (
+    "torch",
+    "triton",
+    "cuda-tile",
+    "mamba-ssm",
+    "nvidia-cuda-tileiras",
+    "numpy",
+    "pandas",
+    "hydra-core",
+)
+_SMI_CLOCKS = (
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "temperature.gpu",
+    "power.draw",
+)
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
+    """stdout of a command, or None when it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_state() -> dict[str, object]:
+    """Commit of the working tree and whether tracked files differ from it."""
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    status = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _smi_selector(index: int) -> str:
+    """nvidia-smi's id of CUDA device `index`: its PCI bus id (CUDA_VISIBLE_DEVICES renumbers)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    try:
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except AttributeError:
+        return str(index)
+
+
+def clocks(index: int | None) -> dict[str, str] | None:
+    """Current and max SM/memory clocks (MHz), temperature and power of the GPU (nvidia-smi)."""
+    if index is None:
+        return None
+    query = ",".join(_SMI_CLOCKS)
+    out = _run(
+        [
+            "nvidia-smi",
+            "-i",
+            _smi_selector(index),
+            f"--query-gpu={query}",
+            "--format=csv,noheader,nounits",
+        ]
+    )
+    if not out:
+        return None
+    values = [v.strip() for v in out.splitlines()[0].split(",")]
+    return dict(zip(_SMI_CLOCKS, values, strict=True)) if len(values) == len(_SMI_CLOCKS) else None
+
+
+def driver_version() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    if out:
+        return out.splitlines()[0].strip()
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    found = re.search(r"Kernel Module\s+(\S+)", text)
+    return found.group(1) if found else None
+
+
+def gpu_info(index: int | None) -> dict[str, object]:
+    """Name, SM count, L2 and memory size of CUDA device `index` (name "cpu" without one)."""
+    if index is None:
+        return {"name": "cpu", "index": None}
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return {
+        "name": props.name,
+        "index": index,
+        "count": torch.cuda.device_count(),
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "compute_capability": f"{props.major}.{props.minor}",
+    }
+
+
+def capture(index: int | None) -> dict[str, object]:
+    """The environment of a run on CUDA device `index` (None: a CPU-only run, e.g. in tests)."""
+    import torch
+
+    return {
+        "timestamp": now_utc(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "gpu": gpu_info(index),
+        "driver": driver_version() if index is not None else None,
+        "cuda": torch.version.cuda,
+        "clocks_start": clocks(index),
+        "clocks_end": None,
+        "versions": {**package_versions(), "tileiras": tileiras_version()},
+        "git": git_state(),
+    }
+
+
+def gpu_slug(name: str) -> str:
+    """Directory name of a GPU: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"

@@ -1,0 +1,465 @@
+"""Regression gate: compare the cuTile-over-Triton speedup of a candidate run with a baseline run.
+
+    python -m harness.gate --baseline RUN --candidate RUN [--mode graph] [--tolerance 0.05]
+        [--floor X] [--require-points all|KEY,KEY|FILE] [--allow-different-gpus]
+        [--fail-on-ambiguous] [--report-md PATH] [--report-json PATH]
+
+Verdict per point, from each run's speedup S and its interval [lo, hi] (analysis.speedups:
+the extreme-end combination of the two recorded 95 % CIs of the median), change = S_cand / S_base:
+
+    slower     candidate interval entirely below the baseline's (hi_cand < lo_base) and
+               change < 1 - tolerance                                      -> fails
+    faster     candidate interval entirely above (lo_cand > hi_base) and change > 1 + tolerance
+    same       |change - 1| <= tolerance (whatever the intervals), or the intervals are disjoint
+               but the shift is within tolerance (real but too small to matter)
+    ambiguous  the intervals overlap but the estimate moved beyond tolerance: the runs are too
+               noisy to tell; reported, fails only with --fail-on-ambiguous
+    broken     timed (status ok) in the baseline, not in the candidate      -> fails
+    fixed / untimed / new / missing   not timed in the baseline / in neither / point only in the
+               candidate / point only in the baseline (listed; missing fails only if required)
+
+So a move beyond tolerance fails only when the noise the runs measured cannot explain it, and a
+statistically clear move smaller than tolerance does not fail. A missing CI counts as unbounded.
+Floor (--floor X): a candidate point fails when its whole speedup interval lies below X
+(hi < X); a point estimate below X with hi >= X is flagged "near" without failing.
+
+Exit status: 0 pass; 1 regression (slower, broken, below floor); 2 unusable input (missing or
+unreadable file, foreign Parquet, schema mismatch, different GPUs, required points missing, no
+comparable points), with a one-line message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness import analysis, markdown, records
+
+FAILING = ("slower", "broken")
+TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
+VERDICT_ORDER = (
+    "slower",
+    "broken",
+    "ambiguous",
+    "missing",
+    "faster",
+    "fixed",
+    "new",
+    "untimed",
+    "same",
+)
+
+
+class GateInputError(Exception):
+    """An input the gate cannot compare; the message is the one line printed (exit 2)."""
+
+
+@dataclass
+class Run:
+    """One loaded run, as the gate needs it."""
+
+    label: str
+    path: Path
+    table: pd.DataFrame
+    meta: dict
+
+    @property
+    def gpus(self) -> list[str]:
+        return sorted(str(n) for n in self.table["gpu_name"].dropna().unique())
+
+    def describe(self) -> dict:
+        env = dict(markdown.flatten(self.meta.get("env", {})))
+        commit = next((v for k, v in env.items() if k.split(".")[-1] == "commit"), "")
+        return {
+            "path": str(self.path),
+            "run_id": self.meta.get("run_id", ""),
+            "gpus": self.gpus,
+            "commit": commit,
+        }
+
+
+@dataclass
+class Outcome:
+    """The gate's result: per-point table, exit code and the one-line message."""
+
+    exit_code: int
+    message: str
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+    notes: list[str] = field(default_factory=list)
+
+
+def load(path: Path, label: str) -> Run:
+    """Load a run directory or Parquet file; any problem becomes a GateInputError."""
+    if not path.exists():
+        raise GateInputError(f"{label} {path}: no such file or directory")
+    try:
+        table, meta = records.load_run(path)
+    except Exception as exc:  # records' own errors and pyarrow's: all mean "unusable input"
+        raise GateInputError(f"{label} {path}: not a readable ssdbench run ({exc})") from None
+    version = meta.get("schema_version") if isinstance(meta, dict) else None
+    if version != records.SCHEMA_VERSION:
+        raise GateInputError(
+            f"{label} {path}: schema version {version!r}, this gate reads {records.SCHEMA_VERSION}"
+        )
+    lacking = sorted(set(records.COLUMNS) - set(table.columns))
+    if lacking:
+        raise GateInputError(f"{label} {path}: results lack column(s) {', '.join(lacking)}")
+    return Run(label, path, table, meta)
+
+
+def verdict(
+    base: float,
+    base_low: float,
+    base_high: float,
+    cand: float,
+    cand_low: float,
+    cand_high: float,
+    tolerance: float,
+) -> str:
+    """same / faster / slower / ambiguous for one point timed in both runs (module doc)."""
+    change = cand / base
+    if abs(change - 1.0) <= tolerance:
+        return "same"
+    # Comparisons with a NaN bound are False: a missing CI never separates the intervals.
+    if cand_high < base_low:
+        return "slower"
+    if cand_low > base_high:
+        return "faster"
+    return "ambiguous"
+
+
+def floor_flag(cand: float, cand_high: float, floor: float | None) -> str:
+    """'below' (fails) when the whole interval is under the floor, 'near' when only the estimate."""
+    if floor is None or math.isnan(cand):
+        return ""
+    if cand_high < floor:
+        return "below"
+    return "near" if cand < floor else ""
+
+
+def compare(
+    base: pd.DataFrame, cand: pd.DataFrame, tolerance: float, floor: float | None
+) -> pd.DataFrame:
+    """Point-by-point comparison of two speedups() tables (outer join on the point key)."""
+    shape = [*analysis.SHAPE_COLUMNS, "dtype"]
+    keep = [
+        "point",
+        *shape,
+        "timed",
+        "speedup",
+        "speedup_low",
+        "speedup_high",
+        "ci_wide",
+        "baseline_status",
+        "candidate_status",
+        "candidate_error",
+    ]
+    joined = base[keep].merge(
+        cand[keep], on="point", how="outer", suffixes=("_b", "_c"), indicator="presence"
+    )
+    out = pd.DataFrame(
+        {
+            "point": joined["point"],
+            **{c: joined[f"{c}_b"].combine_first(joined[f"{c}_c"]) for c in shape},
+            "baseline_speedup": joined["speedup_b"],
+            "baseline_low": joined["speedup_low_b"],
+            "baseline_high": joined["speedup_high_b"],
+            "candidate_speedup": joined["speedup_c"],
+            "candidate_low": joined["speedup_low_c"],
+            "candidate_high": joined["speedup_high_c"],
+            "change": joined["speedup_c"] / joined["speedup_b"],
+            "ci_wide": joined["ci_wide_b"].fillna(False).astype(bool)
+            | joined["ci_wide_c"].fillna(False).astype(bool),
+            "baseline_statuses": _statuses(joined, "_b"),
+            "candidate_statuses": _statuses(joined, "_c"),
+            "candidate_error": joined["candidate_error_c"].fillna(""),
+        }
+    )
+    out["verdict"] = [_point_verdict(row, tolerance) for row in joined.itertuples(index=False)]
+    out["floor"] = [
+        floor_flag(c, hi, floor)
+        for c, hi in zip(out["candidate_speedup"], out["candidate_high"], strict=True)
+    ]
+    out["fails"] = out["verdict"].isin(FAILING) | (out["floor"] == "below")
+    rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    out["_rank"] = out["verdict"].map(rank) - out["fails"].astype(int) * len(rank)
+    order = ["_rank", *analysis.SHAPE_COLUMNS, "point"]
+    return out.sort_values(order, kind="stable").drop(columns="_rank").reset_index(drop=True)
+
+
+def _statuses(joined: pd.DataFrame, suffix: str) -> pd.Series:
+    """'triton/cutile' status pair of one run, '' where the point is absent from it."""
+    b, c = joined[f"baseline_status{suffix}"], joined[f"candidate_status{suffix}"]
+    return (b.fillna("") + "/" + c.fillna("")).str.strip("/")
+
+
+def _point_verdict(row, tolerance: float) -> str:
+    if row.presence == "left_only":
+        return "missing"
+    if row.presence == "right_only":
+        return "new"
+    if row.timed_b and row.timed_c:
+        return verdict(
+            row.speedup_b,
+            row.speedup_low_b,
+            row.speedup_high_b,
+            row.speedup_c,
+            row.speedup_low_c,
+            row.speedup_high_c,
+            tolerance,
+        )
+    if row.timed_b:
+        return "broken"
+    return "fixed" if row.timed_c else "untimed"
+
+
+def required_points(spec: str | None, baseline_points: list[str]) -> list[str]:
+    """Points that must be in both runs: 'all' (the baseline's), a file (one key a line, # for
+    comments) or a comma-separated list of point keys."""
+    if not spec:
+        return []
+    if spec == "all":
+        return baseline_points
+    path = Path(spec)
+    if path.is_file():
+        lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+        return [line for line in lines if line]
+    return [key.strip() for key in spec.split(",") if key.strip()]
+
+
+def run_gate(
+    baseline: Run,
+    candidate: Run,
+    mode: str = "graph",
+    tolerance: float = 0.05,
+    floor: float | None = None,
+    require: str | None = None,
+    allow_different_gpus: bool = False,
+    fail_on_ambiguous: bool = False,
+) -> Outcome:
+    """Compare two loaded runs; GateInputError for what makes them incomparable."""
+    notes = []
+    if baseline.gpus != candidate.gpus:
+        pair = f"baseline {', '.join(baseline.gpus)} vs candidate {', '.join(candidate.gpus)}"
+        if not allow_different_gpus:
+            raise GateInputError(
+                f"runs measured on different GPUs ({pair}); "
+                "pass --allow-different-gpus to compare anyway"
+            )
+        notes.append(f"Different GPUs allowed: {pair}.")
+    for run in (baseline, candidate):
+        if not (run.table["mode"] == mode).any():
+            modes = ", ".join(sorted(run.table["mode"].unique())) or "none"
+            raise GateInputError(f"{run.label} {run.path}: no rows in {mode} mode (has: {modes})")
+    base_sp = analysis.speedups(baseline.table, mode=mode)
+    cand_sp = analysis.speedups(candidate.table, mode=mode)
+    required = required_points(require, base_sp["point"].tolist())
+    for run, sp in ((baseline, base_sp), (candidate, cand_sp)):
+        absent = [p for p in required if p not in set(sp["point"])]
+        if absent:
+            more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
+            raise GateInputError(
+                f"{run.label} lacks {len(absent)} required point(s) in {mode} mode: "
+                f"{', '.join(absent[:3])}{more}"
+            )
+    points = compare(base_sp, cand_sp, tolerance, floor)
+    shared = points[~points["verdict"].isin(("missing", "new"))]
+    if shared.empty:
+        raise GateInputError(f"no point in common between the runs in {mode} mode")
+    failing = points["fails"] | (fail_on_ambiguous & (points["verdict"] == "ambiguous"))
+    points["fails"] = failing
+    timed = int(points["verdict"].isin(TIMED_VERDICTS).sum())
+    if not failing.any() and timed == 0:
+        raise GateInputError(
+            f"no point has both providers timed (status ok) in both runs in {mode} mode"
+        )
+    counts = points["verdict"].value_counts()
+    summary = ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if v in counts)
+    below = int((points["floor"] == "below").sum())
+    if below:
+        summary += f", {below} below floor {floor:g}x"
+    if failing.any():
+        return Outcome(
+            1, f"FAIL: {int(failing.sum())} point(s) regressed ({summary})", points, notes
+        )
+    return Outcome(0, f"PASS: {timed} point(s) compared ({summary})", points, notes)
+
+
+def to_json(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> dict:
+    """Machine-readable result; NaN becomes null."""
+    points = outcome.points
+    rows = json.loads(points.to_json(orient="records")) if not points.empty else []
+    verdict_name = {0: "pass", 1: "fail"}.get(outcome.exit_code, "error")
+    return {
+        "verdict": verdict_name,
+        "exit_code": outcome.exit_code,
+        "message": outcome.message,
+        "settings": settings,
+        "runs": runs,
+        "notes": outcome.notes,
+        "counts": points["verdict"].value_counts().to_dict() if not points.empty else {},
+        "failing_points": points.loc[points["fails"], "point"].tolist() if not points.empty else [],
+        "points": rows,
+    }
+
+
+def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
+    """A PR comment: verdict first, then the points that need a look, then all points folded."""
+    title = {0: "PASS", 1: "FAIL (regression)"}.get(outcome.exit_code, "ERROR (unusable input)")
+    lines = [f"## ssdbench gate: {title}", "", outcome.message, ""]
+    run_rows = [
+        (
+            side,
+            f"`{r.get('run_id', '')}`",
+            ", ".join(r.get("gpus", [])),
+            r.get("commit", "")[:12],
+            r.get("path", ""),
+        )
+        for side, r in runs.items()
+    ]
+    lines += [markdown.table(("run", "run id", "GPU", "commit", "path"), run_rows), ""]
+    floor = settings.get("floor")
+    lines.append(
+        f"Speedup = triton time / cutile time, {settings['mode']} mode; tolerance "
+        f"{100 * settings['tolerance']:g} %; floor {f'{floor:g}x' if floor else 'none'}. "
+        "A point is *slower* only when its speedup interval lies wholly below the baseline's and "
+        "the drop exceeds the tolerance; *ambiguous* means the runs are too noisy to tell."
+    )
+    lines += [f"> {note}" for note in outcome.notes]
+    points = outcome.points
+    if points.empty:
+        return "\n".join(lines) + "\n"
+    attention = points[
+        points["fails"]
+        | ~points["verdict"].isin(("same", "faster", "untimed"))
+        | (points["floor"] != "")
+    ]
+    if not attention.empty:
+        lines += ["", "### Points to look at", "", _points_table(attention)]
+    lines += [
+        "",
+        f"<details><summary>All {len(points)} points</summary>",
+        "",
+        _points_table(points),
+        "",
+        "</details>",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _points_table(points: pd.DataFrame) -> str:
+    rows = []
+    for _, r in points.iterrows():
+        verdict_text = r["verdict"] + (" (fails)" if r["fails"] else "")
+        if r["floor"]:
+            verdict_text += f"; {r['floor']} floor"
+        rows.append(
+            (
+                markdown.point_label(r, ("seqlen", "nheads", "dstate"))
+                if pd.notna(r["seqlen"])
+                else "",
+                markdown.ratio(r["baseline_speedup"], r["baseline_low"], r["baseline_high"]),
+                markdown.ratio(r["candidate_speedup"], r["candidate_low"], r["candidate_high"]),
+                "—" if pd.isna(r["change"]) else f"{100 * (r['change'] - 1):+.1f} %",
+                verdict_text,
+                f"{r['baseline_statuses']} → {r['candidate_statuses']}"
+                + (
+                    f": {markdown.first_line(r['candidate_error'], 80)}"
+                    if r["candidate_error"]
+                    else ""
+                ),
+                f"`{r['point']}`",
+            )
+        )
+    header = (
+        "point",
+        "baseline speedup",
+        "candidate speedup",
+        "change",
+        "verdict",
+        "status (triton/cutile)",
+        "key",
+    )
+    return markdown.table(header, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.gate", description="Compare the cuTile speedup of two runs."
+    )
+    parser.add_argument("--baseline", type=Path, required=True, help="run dir or results Parquet")
+    parser.add_argument("--candidate", type=Path, required=True, help="run dir or results Parquet")
+    parser.add_argument("--mode", default="graph", help="timing mode to compare (default graph)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="relative speedup change that matters (default 0.05)",
+    )
+    parser.add_argument("--floor", type=float, help="fail a point whose speedup is surely below")
+    parser.add_argument("--require-points", help="all | comma-separated point keys | file")
+    parser.add_argument("--allow-different-gpus", action="store_true")
+    parser.add_argument("--fail-on-ambiguous", action="store_true")
+    parser.add_argument("--report-md", type=Path, help="write the markdown report here")
+    parser.add_argument("--report-json", type=Path, help="write the JSON result here")
+    args = parser.parse_args(argv)
+    if not 0 <= args.tolerance < 1:
+        parser.error(f"--tolerance must be in [0, 1), got {args.tolerance}")
+    settings = {
+        "mode": args.mode,
+        "tolerance": args.tolerance,
+        "floor": args.floor,
+        "require_points": args.require_points,
+        "allow_different_gpus": args.allow_different_gpus,
+        "fail_on_ambiguous": args.fail_on_ambiguous,
+    }
+    runs: dict[str, dict] = {
+        "baseline": {"path": str(args.baseline)},
+        "candidate": {"path": str(args.candidate)},
+    }
+    try:
+        baseline = load(args.baseline, "baseline")
+        runs["baseline"] = baseline.describe()
+        candidate = load(args.candidate, "candidate")
+        runs["candidate"] = candidate.describe()
+        outcome = run_gate(
+            baseline,
+            candidate,
+            args.mode,
+            args.tolerance,
+            args.floor,
+            args.require_points,
+            args.allow_different_gpus,
+            args.fail_on_ambiguous,
+        )
+    except GateInputError as exc:
+        outcome = Outcome(2, f"gate: unusable input: {exc}")
+    _write(args.report_md, to_markdown(outcome, settings, runs))
+    _write(args.report_json, json.dumps(to_json(outcome, settings, runs), indent=2) + "\n")
+    if outcome.exit_code == 2:
+        print(outcome.message, file=sys.stderr)
+        return 2
+    print(f"gate: {outcome.message}")
+    for row in outcome.points[outcome.points["fails"]].itertuples(index=False):
+        floor = f", {row.floor} floor" if row.floor else ""
+        print(
+            f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
+            f"{markdown.ratio(row.candidate_speedup)}"
+        )
+    return outcome.exit_code
+
+
+def _write(path: Path | None, text: str) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

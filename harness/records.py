@@ -1,0 +1,222 @@
+"""The results schema and the run directory on disk: the one place that reads and writes results.
+
+A run directory is results/<gpu-slug>/<run-id>/ holding
+
+    meta.json         {schema_version, run_id, created, env, config, peaks}
+    parts/<point>__<provider>.parquet   the rows of one point x provider (all its modes)
+    results.parquet   every row, consolidated; the meta dict also sits in its key-value
+                      metadata under the key "ssdbench"
+
+Every file is written to a temporary name in the same directory, fsynced and `os.replace`d, so a
+reader (or a resumed sweep) sees a file whole or not at all: an interrupted sweep loses at most the
+point in flight. Part files are authoritative; results.parquet is a convenience copy, rewritten by
+`consolidate`. The columns are those of COLUMNS, documented in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+META_KEY = b"ssdbench"
+META_FILE = "meta.json"
+RESULTS_FILE = "results.parquet"
+PARTS_DIR = "parts"
+STATUSES = ("ok", "wrong", "error", "unsupported")
+MODES = ("eager", "graph", "kernels")
+
+_STR, _INT, _FLOAT, _BOOL = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+#: One row per point x provider x mode; order and types are the schema.
+COLUMNS: dict[str, pa.DataType] = {
+    "run_id": _STR,
+    "point": _STR,
+    "batch": _INT,
+    "seqlen": _INT,
+    "nheads": _INT,
+    "headdim": _INT,
+    "dstate": _INT,
+    "ngroups": _INT,
+    "chunk_size": _INT,
+    "dtype": _STR,
+    "options": _STR,
+    "provider": _STR,
+    "mode": _STR,
+    "status": _STR,
+    "error": _STR,
+    "rel_err": _FLOAT,
+    "final_rel_err": _FLOAT,
+    "check_against": _STR,
+    "median_ms": _FLOAT,
+    "p10_ms": _FLOAT,
+    "p90_ms": _FLOAT,
+    "ci_low_ms": _FLOAT,
+    "ci_high_ms": _FLOAT,
+    "reps": _INT,
+    "ci_rel": _FLOAT,
+    "ci_wide": _BOOL,
+    "kernel_ms": _STR,
+    "tflops": _FLOAT,
+    "gbps": _FLOAT,
+    "frac_peak_flops": _FLOAT,
+    "frac_peak_bw": _FLOAT,
+    "tuning": _STR,
+    "l2": _STR,
+    "gpu_name": _STR,
+    "device_index": _INT,
+    "worker": _STR,
+    "seed": _INT,
+    "timestamp": _STR,
+}
+SCHEMA = pa.schema(list(COLUMNS.items()))
+
+
+class RecordsError(ValueError):
+    """Rows that do not fit the schema, or a path that is not a run."""
+
+
+def to_table(rows: Iterable[Mapping], meta: Mapping | None = None) -> pa.Table:
+    """Rows (dicts with exactly the schema's columns) as an Arrow table of SCHEMA.
+
+    `meta` goes into the key-value metadata under "ssdbench".
+    """
+    rows = list(rows)
+    for row in rows:
+        if set(row) != set(COLUMNS):
+            missing, extra = sorted(set(COLUMNS) - set(row)), sorted(set(row) - set(COLUMNS))
+            raise RecordsError(f"row does not fit the schema: missing {missing}, extra {extra}")
+        if row["status"] not in STATUSES or row["mode"] not in MODES:
+            raise RecordsError(f"bad status/mode {row['status']!r}/{row['mode']!r}")
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    if meta is not None:
+        table = table.replace_schema_metadata({META_KEY: json.dumps(dict(meta)).encode()})
+    return table
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call write(file) on a temporary sibling of `path`, fsync, and rename it over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_meta(run_dir: Path, meta: Mapping) -> None:
+    _atomic_write(Path(run_dir) / META_FILE, lambda f: f.write(json.dumps(meta, indent=2).encode()))
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / META_FILE
+    if not path.is_file():
+        raise RecordsError(f"{run_dir} is not a run directory (no {META_FILE})")
+    return json.loads(path.read_text())
+
+
+def part_path(run_dir: Path, point: str, provider: str) -> Path:
+    return Path(run_dir) / PARTS_DIR / f"{point}__{provider}.parquet"
+
+
+def write_part(run_dir: Path, point: str, provider: str, rows: Iterable[Mapping]) -> Path:
+    """Atomically write the rows of one point x provider; returns the part's path."""
+    path = part_path(run_dir, point, provider)
+    table = to_table(rows, {"schema_version": SCHEMA_VERSION})
+    _atomic_write(path, lambda f: pq.write_table(table, f))
+    return path
+
+
+def _read_parts(run_dir: Path) -> list[pa.Table]:
+    """Every readable part file; unreadable or foreign ones are skipped with a warning."""
+    tables = []
+    for path in sorted((Path(run_dir) / PARTS_DIR).glob("[!.]*.parquet")):
+        try:
+            table = pq.read_table(path)
+            if table.schema.remove_metadata() != SCHEMA:
+                raise RecordsError("columns differ from the schema")
+        except Exception as exc:  # a torn or foreign file must not hide the rest of the run
+            warnings.warn(f"skipping unreadable part {path.name}: {exc}", stacklevel=2)
+            continue
+        tables.append(table.replace_schema_metadata(None))
+    return tables
+
+
+def _pairs(table: pa.Table) -> list[tuple[str, str]]:
+    return list(zip(table["point"].to_pylist(), table["provider"].to_pylist(), strict=True))
+
+
+def completed_points(run_dir: Path) -> set[tuple[str, str]]:
+    """(point, provider) pairs with a readable part file: measured, whatever their status."""
+    return {pair for table in _read_parts(run_dir) for pair in _pairs(table)}
+
+
+def _merged(run_dir: Path) -> pa.Table:
+    """Part rows, plus rows of results.parquet for (point, provider) pairs without a part."""
+    parts = _read_parts(run_dir)
+    done = {pair for table in parts for pair in _pairs(table)}
+    consolidated = Path(run_dir) / RESULTS_FILE
+    if consolidated.is_file():
+        old = pq.read_table(consolidated).replace_schema_metadata(None)
+        if not parts:
+            return old  # as written, even by another tool (tests' synthetic runs)
+        keep = pa.array([pair not in done for pair in _pairs(old)], type=pa.bool_())
+        parts.append(old.filter(keep).cast(SCHEMA))
+    return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+
+
+def consolidate(run_dir: Path) -> Path:
+    """(Re)write results.parquet from the parts, with the run's meta; returns its path."""
+    run_dir = Path(run_dir)
+    table = _merged(run_dir).replace_schema_metadata(
+        {META_KEY: json.dumps(read_meta(run_dir)).encode()}
+    )
+    path = run_dir / RESULTS_FILE
+    _atomic_write(path, lambda f: pq.write_table(table, f))
+    return path
+
+
+def load_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
+    """(rows, meta) of a run directory (parts merged in) or of a results Parquet file."""
+    path = Path(path)
+    if path.is_dir():
+        return _merged(path).to_pandas(), read_meta(path)
+    if not path.is_file():
+        raise RecordsError(f"{path}: no such run directory or Parquet file")
+    table = pq.read_table(path)
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise RecordsError(f"{path} has no ssdbench metadata; not a results file")
+    return table.replace_schema_metadata(None).to_pandas(), json.loads(raw)
+
+
+def options_json(options: Mapping) -> str:
+    """The options column: JSON with infinite floats (dt_limit's upper end) spelled "inf"."""
+
+    def plain(value):
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, float) and math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+
+    return json.dumps({k: plain(v) for k, v in options.items()})
+
+
+def error_message(exc: BaseException, limit: int = 500) -> str:
+    """One line for the error column: exception type and the first line of its message."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"

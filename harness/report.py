@@ -1,0 +1,210 @@
+"""Report of one run: PNG figures and a markdown summary (report.md).
+
+    python -m harness.report <run-dir or results.parquet> [--out DIR]
+
+Writes into the run directory unless --out is given. Everything shown comes from
+harness.analysis tables and harness.plots figures, so the notebook and the report agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness import analysis, markdown, plots, records
+
+MODES = ("graph", "eager", "kernels")
+DPI = 120
+_MS = ("median_ms", "ci_low_ms", "ci_high_ms")
+
+
+def latest_run(results: Path) -> Path:
+    """Newest run directory, results/<gpu-slug>/<run-id>/, by modification time; the reference
+    runs under results/baselines/ are skipped. FileNotFoundError when there is none."""
+    markers = [*results.glob("*/*/meta.json"), *results.glob("*/*/results.parquet")]
+    runs = {m.parent for m in markers if m.parent.parent.name != "baselines"}
+    if not runs:
+        raise FileNotFoundError(f"no run directory under {results}")
+    return max(runs, key=lambda run: max(f.stat().st_mtime for f in run.iterdir()))
+
+
+def gpu_title(df: pd.DataFrame) -> str:
+    """GPU name(s) that measured the rows, for figure titles."""
+    names = sorted(str(n) for n in df["gpu_name"].dropna().unique())
+    return ", ".join(names)
+
+
+def modes_of(df: pd.DataFrame) -> list[str]:
+    """Modes present in the table, graph first (the headline: device time without host work)."""
+    present = set(df["mode"].unique())
+    return [m for m in MODES if m in present] + sorted(present - set(MODES))
+
+
+def figures(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> dict[str, Figure]:
+    """All figures of the report, by file name."""
+    gpu = gpu_title(df)
+    modes = modes_of(df)
+    primary = modes[0] if modes else "graph"
+    out = {
+        f"speedup_vs_seqlen_{mode}.png": plots.speedup_vs_seqlen(
+            analysis.speedups(df, baseline, candidate, mode), gpu
+        )
+        for mode in modes
+    }
+    headline = analysis.speedups(df, baseline, candidate, primary)
+    out[f"speedup_heatmap_{primary}.png"] = plots.speedup_heatmap(headline, gpu)
+    providers = (baseline, candidate)
+    out[f"times_{primary}.png"] = plots.absolute_times(df, primary, gpu, providers)
+    out[f"roofline_{primary}.png"] = plots.roofline_fraction(
+        df, primary, gpu, meta.get("peaks"), providers
+    )
+    breakdown = analysis.kernel_breakdown(df)
+    if not breakdown.empty:
+        out["kernel_breakdown.png"] = plots.kernel_breakdown(breakdown, gpu)
+    return out
+
+
+def environment_section(df: pd.DataFrame, meta: dict) -> str:
+    """Where and with what the run was measured (the metadata, flattened)."""
+    rows = [("run_id", meta.get("run_id", "")), ("created", meta.get("created", ""))]
+    rows += [("GPU (rows)", gpu_title(df))]
+    rows += markdown.flatten(meta.get("env", {}), "env")
+    rows += markdown.flatten(meta.get("peaks", {}), "peaks")
+    return "## Environment\n\n" + markdown.table(("item", "value"), rows)
+
+
+def speedup_section(df: pd.DataFrame, baseline: str, candidate: str) -> str:
+    """Speedup range and geometric mean per mode."""
+    rows = []
+    for mode in modes_of(df):
+        s = analysis.summarize(analysis.speedups(df, baseline, candidate, mode))
+        rows.append(
+            (
+                mode,
+                s["points"],
+                s["timed"],
+                markdown.ratio(s["min"]),
+                markdown.ratio(s["geomean"]),
+                markdown.ratio(s["max"]),
+                s["ci_wide"],
+            )
+        )
+    header = ("mode", "points", "timed", "min", "geomean", "max", "wide CIs")
+    intro = f"Speedup = {baseline} time / {candidate} time (> 1: {candidate} faster)."
+    return f"## Speedup\n\n{intro}\n\n" + markdown.table(header, rows)
+
+
+def points_section(table: pd.DataFrame) -> str:
+    """Every point of one mode: both medians with CIs and the speedup with its interval."""
+    named = ["seqlen", "nheads", "dstate"] + analysis.varying_columns(
+        table, exclude=("seqlen", "nheads", "dstate")
+    )
+    base, cand = table["baseline"].iloc[0], table["candidate"].iloc[0]
+    rows = []
+    for _, r in table.iterrows():
+        status = "ok" if r["timed"] else f"{r['baseline_status']} / {r['candidate_status']}"
+        rows.append(
+            (
+                markdown.point_label(r, named),
+                markdown.ms_ci(*(r[f"baseline_{c}"] for c in _MS)),
+                markdown.ms_ci(*(r[f"candidate_{c}"] for c in _MS)),
+                markdown.ratio(r["speedup"], r["speedup_low"], r["speedup_high"]),
+                status + (" (wide CI)" if r["ci_wide"] else ""),
+            )
+        )
+    header = (
+        "point",
+        f"{base} ms [95 % CI]",
+        f"{cand} ms [95 % CI]",
+        "speedup [interval]",
+        "status",
+    )
+    mode = table["mode"].iloc[0]
+    return f"## Points ({mode} mode)\n\n" + markdown.table(header, rows)
+
+
+def failures_section(df: pd.DataFrame) -> str:
+    """Rows whose status is not ok, with the first line of their error."""
+    bad = df[df["status"] != "ok"]
+    if bad.empty:
+        return "## Failures\n\nNone: every row has status ok."
+    rows = [
+        (r.point, r.provider, r.mode, r.status, markdown.first_line(r.error))
+        for r in bad.itertuples(index=False)
+    ]
+    return "## Failures\n\n" + markdown.table(
+        ("point", "provider", "mode", "status", "error"), rows
+    )
+
+
+def wide_ci_section(df: pd.DataFrame) -> str:
+    """Timings whose CI stayed wider than the target: kept, but to be read with care."""
+    wide = df[(df["status"] == "ok") & df["ci_wide"].astype(bool)]
+    if wide.empty:
+        return "## Wide confidence intervals\n\nNone."
+    rows = [
+        (r.point, r.provider, r.mode, markdown.ms(r.median_ms), f"{100 * r.ci_rel:.1f} %", r.reps)
+        for r in wide.itertuples(index=False)
+    ]
+    header = ("point", "provider", "mode", "median ms", "CI half-width", "reps")
+    return "## Wide confidence intervals\n\n" + markdown.table(header, rows)
+
+
+def render(
+    df: pd.DataFrame, meta: dict, figure_names: list[str], baseline: str, candidate: str
+) -> str:
+    """The whole report.md text."""
+    modes = modes_of(df)
+    sections = [
+        f"# ssdbench report: {meta.get('run_id', '')}",
+        environment_section(df, meta),
+        speedup_section(df, baseline, candidate),
+        "## Figures\n\n" + "\n\n".join(f"![{name}]({name})" for name in figure_names),
+    ]
+    if modes:
+        sections.append(points_section(analysis.speedups(df, baseline, candidate, modes[0])))
+    sections += [failures_section(df), wide_ci_section(df)]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_report(
+    df: pd.DataFrame, meta: dict, out: Path, baseline: str = "triton", candidate: str = "cutile"
+) -> list[Path]:
+    """Write the figures and report.md into `out`; returns the written paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    figs = figures(df, meta, baseline, candidate)
+    for name, fig in figs.items():
+        fig.savefig(out / name, dpi=DPI)
+        written.append(out / name)
+    report = out / "report.md"
+    report.write_text(render(df, meta, list(figs), baseline, candidate))
+    return [*written, report]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("run", type=Path, help="run directory or results Parquet file")
+    parser.add_argument("--out", type=Path, help="output folder (default: the run directory)")
+    parser.add_argument("--baseline", default="triton", help="provider in the denominator")
+    parser.add_argument("--candidate", default="cutile", help="provider whose speedup is shown")
+    args = parser.parse_args(argv)
+    try:
+        df, meta = records.load_run(args.run)
+    except Exception as exc:  # a CLI: one clear line instead of a traceback
+        print(f"report: cannot load {args.run}: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or (args.run if args.run.is_dir() else args.run.parent)
+    written = write_report(df, meta, out, args.baseline, args.candidate)
+    print(f"report: wrote {len(written)} files to {out} ({out / 'report.md'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

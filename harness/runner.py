@@ -1,0 +1,504 @@
+"""The sweep loop: every point of a config, every provider, checked and then timed; rows on disk.
+
+Order of work: validate the config and build every point (no GPU touched yet); open the run
+directory (new, or resumed: see `open_run`); measure the GPU's peaks once per run; then for each
+point not yet measured: make its inputs once (fixed seed), check each provider's answer before
+timing it (against the float64 reference, or a peer when the reference would not fit), time the
+providers that answered right in each mode with their repetitions interleaved, and write one part
+file per provider. A wrong answer is recorded as status "wrong" and never timed; an exception
+(including running out of memory) becomes status "error" for that provider, mode or point, and
+the sweep goes on. Only a broken CUDA context (a sticky error such as an illegal address) stops
+it, after recording the culprit, since every later point would fail too: rerun to resume.
+
+Device, timer, peaks and environment are injectable so that the whole loop runs on CPU in tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import math
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from harness import correctness, environment, providers, records
+from harness.config import BenchConfig, ConfigError, TritonAutotune, validate
+from harness.inputs import SSDInputs, make_inputs
+from harness.problem import Problem, flops, min_bytes
+from harness.timing import Call, CudaTimer, Measurement, Timer, measure
+
+SHAPE_FIELDS = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size")
+OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
+# Config keys that change what a number means: a resumed run must keep them.
+MEASUREMENT_KEYS = ("timing", "seed", "tune", "triton_autotune", "check")
+
+
+class SweepAborted(RuntimeError):
+    """The CUDA context broke (sticky error); `rows` are the culprit's, recorded before stopping."""
+
+    def __init__(self, message: str, provider: str | None = None) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.rows: list[dict] = []
+
+
+@dataclass
+class Outcome:
+    """One provider at one point: its correctness check, then its measurement in each mode."""
+
+    status: str = "ok"
+    error: str = ""
+    rel_err: float = math.nan
+    final_rel_err: float = math.nan
+    check_against: str = ""
+    tuning: dict = field(default_factory=dict)  # what the provider's tuner chose
+    measurements: dict[str, Measurement] = field(default_factory=dict)
+
+    def fail(self, status: str, error: str) -> None:
+        self.status, self.error = status, error
+
+
+def reference_gib(p: Problem) -> float:
+    """Rough peak memory (GiB) of the float64 reference plus comparing an output with it: token
+    tensors in float64 (x, out, the D term, comparison copies) and one chunk's (q, q) matrices."""
+    tokens = p.batch * p.seqlen
+    elements = (
+        6 * tokens * p.nheads * p.headdim
+        + 4 * tokens * (p.ngroups * p.dstate + p.nheads)
+        + 4 * p.batch * p.chunk_size**2 * p.nheads
+        + 3 * p.batch * p.nheads * p.headdim * p.dstate
+    )
+    return elements * 8 / 2**30
+
+
+def config_dict(cfg: BenchConfig) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+
+
+def _first_difference(old: object, new: object, key: str) -> str | None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new)):
+            found = _first_difference(old.get(k), new.get(k), f"{key}.{k}")
+            if found:
+                return found
+        return None
+    return None if old == new else f"{key}={old!r} there, {new!r} now"
+
+
+def _incompatibility(meta: dict, config: dict) -> str | None:
+    for key in MEASUREMENT_KEYS:
+        found = _first_difference(meta["config"].get(key), config[key], key)
+        if found:
+            return found
+    return None
+
+
+def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> tuple[Path, dict]:
+    """The run directory and its meta, created or resumed.
+
+    run_id given: results/<gpu>/<run_id>/, resumed if it exists. run_id None and resume=false: a
+    new run <sweep.name>-<UTC yyyymmdd-HHMMSS>. run_id None and resume=true: the newest run there
+    with this very sweep section and measurement settings, else a new one. A resumed run must keep
+    the MEASUREMENT_KEYS settings (ConfigError otherwise); its points and providers may grow.
+    """
+    root = Path(cfg.results_dir) / environment.gpu_slug(env["gpu"]["name"])
+    config = config_dict(cfg)
+    if cfg.run_id:
+        run_dir = root / cfg.run_id
+    else:
+        run_dir = (_newest_matching(root, config) if cfg.resume else None) or _new_run_dir(
+            root, cfg.sweep.name
+        )
+    if (run_dir / records.META_FILE).is_file():
+        meta = records.read_meta(run_dir)
+        clash = _incompatibility(meta, config)
+        if clash:
+            raise ConfigError(
+                f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
+            )
+        then, now = meta["env"].get("git", {}).get("commit"), env.get("git", {}).get("commit")
+        if then != now:
+            print(
+                f"ssdbench: note: resuming a run begun at commit {then}, now at {now}",
+                file=sys.stderr,
+            )
+        return run_dir, meta
+    meta = {
+        "schema_version": records.SCHEMA_VERSION,
+        "run_id": run_dir.name,
+        "created": environment.now_utc(),
+        "env": env,
+        "config": config,
+        "peaks": measure_peaks(),
+    }
+    records.write_meta(run_dir, meta)
+    return run_dir, meta
+
+
+def _newest_matching(root: Path, config: dict) -> Path | None:
+    found = []
+    for meta_file in root.glob(f"*/{records.META_FILE}"):
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue  # not a run this can resume
+        same_sweep = meta.get("config", {}).get("sweep") == config["sweep"]
+        if same_sweep and _incompatibility(meta, config) is None:
+            found.append((meta.get("created", ""), meta_file.parent))
+    return max(found)[1] if found else None
+
+
+def _new_run_dir(root: Path, name: str) -> Path:
+    base = f"{name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    run_dir, n = root / base, 1
+    while run_dir.exists():
+        n += 1
+        run_dir = root / f"{base}-{n}"
+    return run_dir
+
+
+def worker_id() -> str:
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        task = os.environ.get("SLURM_ARRAY_TASK_ID")
+        return f"slurm:{job}" + (f"_{task}" if task else "")
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Sweep:
+    """State of one sweep: config, device, timer, peaks and loaded providers."""
+
+    def __init__(
+        self, cfg: BenchConfig, device: str, timer: Timer, meta: dict, run_dir: Path
+    ) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.timer = timer
+        self.meta = meta
+        self.run_dir = run_dir
+        self.on_cuda = device.startswith("cuda")
+        self.gpu_name = meta["env"]["gpu"]["name"]
+        self.worker = worker_id()
+        self._loaded: dict[str, Callable | str] = {}
+
+    # ---- device helpers ----
+    def _sync(self) -> None:
+        if self.on_cuda:
+            torch.cuda.synchronize()
+
+    def _free(self) -> None:
+        gc.collect()
+        if self.on_cuda:
+            torch.cuda.empty_cache()
+
+    def _health(self, culprit: str | None) -> None:
+        """Raise SweepAborted when the CUDA context no longer works."""
+        try:
+            self._sync()
+        except Exception as exc:
+            raise SweepAborted(
+                f"the CUDA context is broken ({records.error_message(exc)}); rerun the same "
+                f"command with run_id={self.run_dir.name} to resume after this point",
+                culprit,
+            ) from None
+
+    def _load(self, provider: providers.Provider) -> Callable:
+        if provider.name not in self._loaded:
+            try:
+                self._loaded[provider.name] = provider.load()
+            except Exception as exc:
+                self._loaded[provider.name] = f"loading failed: {records.error_message(exc)}"
+        loaded = self._loaded[provider.name]
+        if isinstance(loaded, str):
+            raise RuntimeError(loaded)
+        return loaded
+
+    # ---- one point ----
+    def point(self, problem: Problem, provs: list[providers.Provider]) -> dict[str, Outcome]:
+        outcomes = {p.name: Outcome() for p in provs}
+        for p in provs:
+            reason = p.unsupported(problem, self.device)
+            if reason:
+                outcomes[p.name].fail("unsupported", reason)
+        todo = [p for p in provs if outcomes[p.name].status == "ok"]
+        try:
+            if todo:
+                self._check_and_time(problem, todo, outcomes)
+        except SweepAborted as exc:
+            culprit = next((p for p in provs if p.name == exc.provider), None)
+            if culprit:
+                exc.rows = self.rows(problem, culprit, outcomes[culprit.name])
+            raise
+        except Exception as exc:  # inputs or reference: nothing at this point can be trusted
+            for p in todo:
+                outcomes[p.name] = Outcome(status="error", error=records.error_message(exc))
+        finally:
+            self._free()
+        return outcomes
+
+    def _check_and_time(
+        self, problem: Problem, todo: list[providers.Provider], outcomes: dict[str, Outcome]
+    ) -> None:
+        inputs = make_inputs(problem, self.cfg.seed, self.device)
+        per_point = self.cfg.triton_autotune is TritonAutotune.per_point
+        if per_point and any(p.name == "triton" for p in todo):
+            from kernels import triton_ssd
+
+            triton_ssd.reset_autotuning()
+        calls = self._check(problem, inputs, todo, outcomes)
+        del inputs  # each call holds its own copy
+        for mode in (m.value for m in self.cfg.timing.modes):
+            timed = [
+                c for c in calls if outcomes[c.name].status == "ok"
+                and (mode != "kernels" or c.kernel_prefixes)
+            ]  # fmt: skip
+            results = measure(timed, mode, self.cfg.timing, self.timer)
+            for m in results:
+                outcomes[m.name].measurements[mode] = m
+            culprit = next((m.name for m in results if m.error), None)
+            if culprit:
+                self._free()  # e.g. after running out of memory in a graph capture
+                self._health(culprit)
+
+    def _expected(self, problem: Problem, inputs: SSDInputs) -> object:
+        """The float64 reference's answer, or None when it would not fit or ran out of memory."""
+        if reference_gib(problem) > self.cfg.check.reference_max_gib:
+            return None
+        from kernels import reference
+
+        try:
+            return reference.ssd_forward(**inputs.kwargs())
+        except torch.OutOfMemoryError:
+            self._free()
+            return None
+
+    def _check(
+        self,
+        problem: Problem,
+        inputs: SSDInputs,
+        todo: list[providers.Provider],
+        outcomes: dict[str, Outcome],
+    ) -> list[Call]:
+        """Run each provider once on its own copy of the inputs and judge the answer.
+
+        Returns the calls to time (those that ran). Without the float64 reference, the fallback
+        provider runs first and the others are compared with it; it is itself only checked for
+        NaN/inf (rel_err NaN, check_against "").
+        """
+        expected = self._expected(problem, inputs)
+        against = "float64"
+        fallback = self.cfg.check.fallback
+        if expected is None:
+            todo = sorted(todo, key=lambda p: p.name != fallback)
+        calls = []
+        for p in todo:
+            outcome = outcomes[p.name]
+            try:
+                fn = self._load(p)
+                kwargs = inputs.to(self.device).kwargs()
+                if p.tuner is not None:
+                    extra, outcome.tuning = p.tuner(kwargs, self.cfg.tune.value)
+                    fn = functools.partial(fn, **extra)
+                if self.on_cuda:
+                    correctness.poison_cuda_allocator(self.device, _output_bytes(problem))
+                result = fn(**kwargs)
+                self._sync()
+                self._judge(problem, result, expected, outcome)
+                outcome.check_against = against if expected is not None else ""
+                if expected is None and p.name == fallback and outcome.status == "ok":
+                    expected, against = result, f"provider:{fallback}"
+                del result
+            except Exception as exc:  # this provider only; a broken context stops the sweep
+                outcome.fail("error", records.error_message(exc))
+                self._free()
+                self._health(p.name)
+                continue
+            calls.append(Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes))
+        return calls
+
+    def _judge(self, problem: Problem, result: object, expected: object, outcome: Outcome) -> None:
+        """Fill the outcome's errors and status from the answer (NaN never passes)."""
+        split = problem.return_final_states
+        out, final = result if split else (result, None)
+        if expected is None:
+            if not all(torch.isfinite(t).all() for t in ([out, final] if split else [out])):
+                outcome.fail("wrong", "output holds NaN or inf (no reference to compare with)")
+            return
+        ref_out, ref_final = expected if split else (expected, None)
+        try:
+            outcome.rel_err = correctness.relative_error(out, ref_out)
+            if split:
+                outcome.final_rel_err = correctness.relative_error(final, ref_final)
+        except ValueError as exc:  # shape mismatch
+            outcome.fail("wrong", records.error_message(exc))
+            return
+        tolerance = correctness.TOLERANCE[problem.dtype]
+        for name, err in (("rel_err", outcome.rel_err), ("final_rel_err", outcome.final_rel_err)):
+            if (name == "rel_err" or split) and not correctness.passes(err, problem.dtype):
+                outcome.fail(
+                    "wrong", f"{name} {err:.3g} above the {problem.dtype} tolerance {tolerance:g}"
+                )
+                return
+
+    # ---- rows ----
+    def _tuning(self, name: str, outcome: Outcome) -> str:
+        policies = {
+            "triton": {"triton_autotune": self.cfg.triton_autotune.value},
+            "cutile": {"tune": self.cfg.tune.value},
+        }
+        return json.dumps({**policies.get(name, {}), **outcome.tuning})
+
+    def rows(self, problem: Problem, provider: providers.Provider, o: Outcome) -> list[dict]:
+        """One row per configured mode, in the schema of harness.records."""
+        base = {
+            "run_id": self.run_dir.name,
+            "point": problem.key(),
+            **{k: getattr(problem, k) for k in SHAPE_FIELDS},
+            "dtype": problem.dtype,
+            "options": records.options_json({k: getattr(problem, k) for k in OPTION_FIELDS}),
+            "provider": provider.name,
+            "rel_err": o.rel_err,
+            "final_rel_err": o.final_rel_err,
+            "check_against": o.check_against,
+            "tuning": self._tuning(provider.name, o),
+            "l2": self.cfg.timing.l2.value,
+            "gpu_name": self.gpu_name,
+            "device_index": self.cfg.device if self.on_cuda else -1,
+            "worker": self.worker,
+            "seed": self.cfg.seed,
+        }
+        rows = []
+        for mode in (m.value for m in self.cfg.timing.modes):
+            m = o.measurements.get(mode)
+            if o.status != "ok":
+                status, error = o.status, o.error
+            elif mode == "kernels" and not provider.kernel_prefixes:
+                status, error = "unsupported", f"{provider.name} declares no kernel_prefixes"
+            elif m is None:
+                status, error = "error", "not measured: the sweep stopped first"
+            else:
+                status, error = ("error", m.error) if m.error else ("ok", "")
+            timed = m if status == "ok" else None
+            rows.append({**base, "mode": mode, "status": status, "error": error,
+                         **self._timing_columns(problem, timed),
+                         "timestamp": environment.now_utc()})  # fmt: skip
+        return rows
+
+    def _timing_columns(self, problem: Problem, m: Measurement | None) -> dict:
+        if m is None or m.summary is None:
+            nan = math.nan
+            return {"median_ms": nan, "p10_ms": nan, "p90_ms": nan, "ci_low_ms": nan,
+                    "ci_high_ms": nan, "reps": 0, "ci_rel": nan, "ci_wide": False,
+                    "kernel_ms": "{}", "tflops": nan, "gbps": nan, "frac_peak_flops": nan,
+                    "frac_peak_bw": nan}  # fmt: skip
+        s, peaks = m.summary, self.meta["peaks"]
+        seconds = s.median * 1e-3
+        tflops, gbps = flops(problem) / seconds / 1e12, min_bytes(problem) / seconds / 1e9
+        return {
+            "median_ms": s.median,
+            "p10_ms": s.p10,
+            "p90_ms": s.p90,
+            "ci_low_ms": s.ci_low,
+            "ci_high_ms": s.ci_high,
+            "reps": s.n,
+            "ci_rel": s.ci_rel,
+            "ci_wide": m.ci_wide,
+            "kernel_ms": json.dumps(m.kernel_ms),
+            "tflops": tflops,
+            "gbps": gbps,
+            "frac_peak_flops": tflops / peaks["bf16_tflops"]
+            if peaks.get("bf16_tflops")
+            else math.nan,
+            "frac_peak_bw": gbps / peaks["copy_gbps"] if peaks.get("copy_gbps") else math.nan,
+        }
+
+
+def _output_bytes(p: Problem) -> int:
+    out = p.batch * p.seqlen * p.nheads * p.headdim * p.element_bytes
+    final = p.batch * p.nheads * p.headdim * p.dstate * 4 if p.return_final_states else 0
+    return out + final
+
+
+def _default_timer(cfg: BenchConfig, env: dict) -> Timer:
+    l2_bytes = env["gpu"].get("l2_bytes") or 0
+    flush = max(cfg.timing.flush_mib << 20, 2 * l2_bytes)
+    return CudaTimer(l2=cfg.timing.l2.value, flush_bytes=flush)
+
+
+def run(
+    cfg: BenchConfig,
+    *,
+    device: str | None = None,
+    timer: Timer | None = None,
+    peaks: dict | None = None,
+    env: dict | None = None,
+) -> Path:
+    """Measure every point of `cfg` not yet in its run directory; returns that directory.
+
+    device defaults to cuda:<cfg.device>; timer, peaks and env default to the real CUDA timer,
+    harness.peaks and harness.environment (tests pass fakes and run on "cpu").
+    """
+    problems = validate(cfg)
+    provs = [providers.get(name) for name in cfg.providers.names]
+    device = device or f"cuda:{cfg.device}"
+    on_cuda = device.startswith("cuda")
+    if on_cuda:
+        torch.cuda.set_device(device)
+    env = env if env is not None else environment.capture(cfg.device if on_cuda else None)
+
+    def measure_peaks() -> dict:
+        if peaks is not None:
+            return peaks
+        from harness.peaks import measure_peaks as measure_gpu_peaks
+
+        return measure_gpu_peaks(device)
+
+    run_dir, meta = open_run(cfg, env, measure_peaks)
+    done = records.completed_points(run_dir)
+    todo = [(p, [v for v in provs if (p.key(), v.name) not in done]) for p in problems]
+    todo = [(p, vs) for p, vs in todo if vs]
+    print(
+        f"ssdbench: run {run_dir} — {len(todo)} of {len(problems)} points to measure",
+        file=sys.stderr,
+    )
+    sweep = Sweep(cfg, device, timer or _default_timer(cfg, env), meta, run_dir)
+    bar = tqdm(todo, unit="point", disable=not cfg.progress, dynamic_ncols=True)
+    try:
+        for problem, vs in bar:
+            bar.set_postfix_str(problem.key(), refresh=False)
+            try:
+                outcomes = sweep.point(problem, vs)
+            except SweepAborted as exc:
+                if exc.rows:
+                    records.write_part(run_dir, problem.key(), exc.provider, exc.rows)
+                raise
+            for v in vs:
+                records.write_part(
+                    run_dir, problem.key(), v.name, sweep.rows(problem, v, outcomes[v.name])
+                )
+                o = outcomes[v.name]
+                trouble = (
+                    [f"{o.status}: {o.error}"] if o.status not in ("ok", "unsupported") else []
+                )
+                trouble += [f"{mode}: {m.error}" for mode, m in o.measurements.items() if m.error]
+                if trouble:
+                    bar.write(f"{problem.key()} {v.name}: {'; '.join(trouble)}")
+    except KeyboardInterrupt:
+        print(f"ssdbench: interrupted; rerun with run_id={run_dir.name} to resume", file=sys.stderr)
+        raise
+    finally:
+        bar.close()
+        meta["env"]["clocks_end"] = environment.clocks(cfg.device) if on_cuda else None
+        records.write_meta(run_dir, meta)
+        records.consolidate(run_dir)
+    return run_dir

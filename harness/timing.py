@@ -1,0 +1,261 @@
+"""Timing of providers at one point: warm-up, interleaved adaptive repetitions, three modes.
+
+The runner hands `measure` a list of `Call(name, fn, kernel_prefixes)` (fn: a zero-argument
+callable that runs one forward) and a mode, and gets one `Measurement` per call back:
+
+- eager:   CUDA events around the whole Python call, started on an idle GPU, so host work
+           (argument checks, launches) counts;
+- graph:   the call captured once into a torch.cuda.CUDAGraph, replays timed with CUDA events
+           (device time, launch overhead gone);
+- kernels: torch.profiler device times of the kernels whose names start with the provider's
+           kernel_prefixes, summed per repetition and kept per prefix (cuTile mangles names).
+
+Compilation and autotuning stay out of every measurement: each call runs `warmup` times before
+sampling (and once more before, in the runner's correctness check). With a cold L2 (the default) a
+buffer larger than the L2 is zeroed before every repetition, outside the timed window. Providers
+alternate A B A B … so that drift in clocks or temperature cannot pose as a speedup, and sampling
+goes on until every provider's 95 % CI of the median is within `ci_target` of it, or a count/time
+cap is hit; a CI still wider than the target is flagged (`ci_wide`), not hidden.
+
+All device work goes through a `Timer`, so the logic here runs on CPU under a fake in tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Protocol
+
+from harness.records import error_message
+from harness.stats import Summary, converged, summarize
+
+MODES = ("eager", "graph", "kernels")
+
+#: One repetition: (total ms, ms per kernel prefix; empty outside mode kernels).
+Sample = tuple[float, Mapping[str, float]]
+#: Takes n consecutive repetitions of one call.
+Sampler = Callable[[int], list[Sample]]
+
+
+class TimingError(RuntimeError):
+    """A call that cannot be timed in a mode (e.g. no kernel matched its prefixes)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One provider's forward at the point being measured."""
+
+    name: str
+    fn: Callable[[], object]
+    kernel_prefixes: tuple[str, ...] = ()
+
+
+@dataclass
+class TimingPolicy:
+    """When to stop sampling (config.TimingConfig extends it with the Hydra-facing fields).
+
+    min_reps >= 6 lets a 95 % interval of the median exist.
+    """
+
+    warmup: int = 3
+    min_reps: int = 10
+    max_reps: int = 200
+    max_seconds: float = 3.0  # per mode and point, all providers together
+    ci_target: float = 0.01
+    kernels_batch: int = 10  # repetitions per profiler session in mode kernels
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one call got in one mode: a summary, or an error message (summary None)."""
+
+    name: str
+    mode: str
+    summary: Summary | None = None
+    ci_wide: bool = False
+    kernel_ms: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+
+class Timer(Protocol):
+    """The device side of timing (CudaTimer on a GPU, fakes in tests)."""
+
+    def synchronize(self) -> None: ...
+
+    def sampler(self, mode: str, call: Call) -> AbstractContextManager[Sampler]:
+        """Prepare `call` for `mode` (e.g. capture its graph) and provide its sampler."""
+        ...
+
+
+def measure(
+    calls: Sequence[Call],
+    mode: str,
+    policy: TimingPolicy,
+    timer: Timer,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Measurement]:
+    """Time every call in `mode`, interleaved, until all converge or a cap; one result per call.
+
+    A call that fails (warm-up, graph capture, a repetition) gets an error Measurement and drops
+    out; the others go on.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    errors: dict[str, str] = {}
+    samples: dict[str, list[Sample]] = {c.name: [] for c in calls}
+    batch = policy.kernels_batch if mode == "kernels" else 1
+    with ExitStack() as stack:
+        samplers: dict[str, Sampler] = {}
+        for call in calls:
+            try:
+                for _ in range(policy.warmup):
+                    call.fn()
+                timer.synchronize()
+                samplers[call.name] = stack.enter_context(timer.sampler(mode, call))
+            except Exception as exc:  # recorded per provider; the others are still timed
+                errors[call.name] = error_message(exc)
+        start = clock()
+        while samplers:
+            for name, sampler in list(samplers.items()):  # A B A B …
+                try:
+                    samples[name].extend(sampler(batch))
+                except Exception as exc:
+                    errors[name] = error_message(exc)
+                    del samplers[name]
+            if _done([samples[n] for n in samplers], policy, clock() - start):
+                break
+    return [_result(c.name, mode, samples[c.name], errors.get(c.name), policy) for c in calls]
+
+
+def _done(active: list[list[Sample]], policy: TimingPolicy, elapsed: float) -> bool:
+    if not active:
+        return True
+    n = min(len(s) for s in active)
+    if n >= policy.max_reps or elapsed >= policy.max_seconds:
+        return True
+    return n >= policy.min_reps and all(
+        converged(summarize([t for t, _ in s]), policy.ci_target) for s in active
+    )
+
+
+def _result(
+    name: str, mode: str, samples: list[Sample], error: str | None, policy: TimingPolicy
+) -> Measurement:
+    if error is not None:
+        return Measurement(name, mode, error=error)
+    summary = summarize([t for t, _ in samples])
+    kernels: dict[str, list[float]] = defaultdict(list)
+    for _, per_kernel in samples:
+        for kernel, ms in per_kernel.items():
+            kernels[kernel].append(ms)
+    return Measurement(
+        name,
+        mode,
+        summary,
+        ci_wide=not converged(summary, policy.ci_target),
+        kernel_ms={k: median(v) for k, v in kernels.items()},
+    )
+
+
+def split_kernel_events(
+    events: Sequence[tuple[str, float, float]], prefixes: Sequence[str], reps: int
+) -> list[Sample]:
+    """Per-repetition samples from profiler device events (name, start µs, duration µs).
+
+    Events whose names start with one of `prefixes` (longest match wins) are the provider's; taken
+    in start order, they split evenly into `reps` consecutive repetitions. Per-prefix times keep
+    the first launch order.
+    """
+
+    def prefix_of(name: str) -> str | None:
+        matches = [p for p in prefixes if name.startswith(p)]
+        return max(matches, key=len) if matches else None
+
+    mine = sorted((start, prefix_of(name), dur) for name, start, dur in events if prefix_of(name))
+    if not mine:
+        raise TimingError(f"no profiled kernel name starts with any of {list(prefixes)}")
+    if len(mine) % reps:
+        raise TimingError(f"{len(mine)} matching kernels do not split evenly into {reps} reps")
+    per_rep = len(mine) // reps
+    result = []
+    for r in range(reps):
+        per_kernel: dict[str, float] = {}
+        for _, prefix, dur in mine[r * per_rep : (r + 1) * per_rep]:
+            per_kernel[prefix] = per_kernel.get(prefix, 0.0) + dur / 1000
+        result.append((sum(per_kernel.values()), per_kernel))
+    return result
+
+
+class CudaTimer:
+    """Timer on the current CUDA device: CUDA events, CUDA graphs and torch.profiler."""
+
+    def __init__(self, l2: str = "cold", flush_bytes: int = 512 << 20) -> None:
+        import torch
+
+        self._torch = torch
+        cold = l2 == "cold"
+        self._flush_buffer = (
+            torch.empty(flush_bytes, dtype=torch.uint8, device="cuda") if cold else None
+        )
+
+    def _flush(self) -> None:
+        if self._flush_buffer is not None:
+            self._flush_buffer.zero_()
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize()
+
+    @contextmanager
+    def sampler(self, mode: str, call: Call) -> Iterator[Sampler]:
+        torch = self._torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def timed(run: Callable[[], object], idle_first: bool) -> Sample:
+            self._flush()
+            if idle_first:  # eager: the GPU waits for the host, so host work is timed
+                torch.cuda.synchronize()
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end), {}
+
+        if mode == "eager":
+            yield lambda n: [timed(call.fn, idle_first=True) for _ in range(n)]
+        elif mode == "graph":
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call.fn()
+            try:
+                yield lambda n: [timed(graph.replay, idle_first=False) for _ in range(n)]
+            finally:
+                graph.reset()
+        elif mode == "kernels":
+            if not call.kernel_prefixes:
+                raise TimingError(
+                    f"{call.name} declares no kernel_prefixes to attribute kernels by"
+                )
+            yield lambda n: self._profile(call, n)
+        else:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+    def _profile(self, call: Call, reps: int) -> list[Sample]:
+        torch = self._torch
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                self._flush()
+                call.fn()
+            torch.cuda.synchronize()
+        events = [
+            (e.name, e.time_range.start, e.time_range.elapsed_us())
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA
+        ]
+        return split_kernel_events(events, call.kernel_prefixes, reps)

@@ -1,0 +1,207 @@
+"""Per-shape autotuner for the cuTile SSD kernels, with a JSON cache on disk.
+
+fwd_pass_state and compute_out are tuned one after the other on the point's own inputs: neither
+kernel's time depends on the other's configuration. Each candidate is timed by cuTile's
+`ct.tune.exhaustive_search` (L2 flushed before every run, sampled until its 95 % CI is within 1 %);
+candidates that fail to compile are skipped. Results are cached by GPU architecture, shape, dtype,
+options and the cuda-tile / tileiras versions, so a sweep tunes each shape once and later runs
+reuse it. The cache is plain JSON written atomically; a corrupt or foreign file is reported and
+rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+from kernels.cutile.tiles import pow2_tile
+from kernels.cutile.toolchain import tileiras_version
+
+POLICIES = ("off", "cached", "force")
+CACHE_FORMAT = "ssdbench-cutile-tuning/1"
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssdbench"
+
+
+def cache_path() -> Path:
+    """SSDBENCH_TUNING_CACHE, else ~/.cache/ssdbench/cutile-tuning.json."""
+    return Path(os.environ.get("SSDBENCH_TUNING_CACHE", DEFAULT_CACHE / "cutile-tuning.json"))
+
+
+def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
+    """fwd_pass_state knobs: dstate columns per CTA, rows per mma step, occupancy (0 = auto)."""
+    blocks = sorted({min(nb, pow2_tile(dstate)) for nb in (64, 128, 256)})
+    steps = sorted({min(tq, chunk_size) for tq in (64, 256)})
+    return [
+        {"state_block_n": nb, "state_block_q": tq, "state_occupancy": occ}
+        for nb, tq, occ in itertools.product(blocks, steps, (1, 2, 4))
+    ]
+
+
+def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
+    """compute_out knobs: rows per CTA, dstate slice per mma, occupancy, heads per CTA."""
+    rows = sorted({min(tm, chunk_size) for tm in (64, 128)})
+    slices = sorted({min(ns, pow2_tile(dstate)) for ns in (64, 128)})
+    return [
+        {"out_block_m": tm, "out_slice_n": ns, "out_occupancy": occ, "out_heads": hb}
+        for tm, ns, occ, hb in itertools.product(rows, slices, (1, 2, 3), (1, 2))
+    ]
+
+
+def tuning_key(kwargs: dict) -> str:
+    """Everything a tuned choice depends on: device, toolchain, shape, dtype and options."""
+    import cuda.tile as ct
+
+    x, B = kwargs["x"], kwargs["B"]
+    major, minor = torch.cuda.get_device_capability(x.device)
+    D = kwargs.get("D")
+    parts = [
+        f"sm_{major}{minor}",
+        f"cuda-tile {ct.__version__}",
+        f"tileiras {tileiras_version()}",
+        str(x.dtype).removeprefix("torch."),
+        "b{}_L{}_H{}_P{}".format(*x.shape),
+        "G{}_N{}".format(*B.shape[2:]),
+        f"Q{kwargs['chunk_size']}",
+        "D" + ("" if D is None else "h" if D.dim() == 1 else "hp"),
+        "z" if kwargs.get("z") is not None else "",
+        "h0" if kwargs.get("initial_states") is not None else "",
+        "hT" if kwargs.get("return_final_states") else "",
+    ]
+    return "|".join(parts)
+
+
+class TuningCache:
+    """{key: config} in one JSON file; loaded once, rewritten atomically on every put."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries = self._load()
+
+    def _load(self) -> dict[str, dict]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("format") != CACHE_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {CACHE_FORMAT!r}")
+            entries = data["entries"]
+            for entry in entries.values():
+                SSDConfig.from_dict(entry["config"])
+            return entries
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            warnings.warn(
+                f"ignoring cuTile tuning cache {self.path} ({exc}); it will be rebuilt",
+                stacklevel=2,
+            )
+            return {}
+
+    def get(self, key: str) -> SSDConfig | None:
+        entry = self.entries.get(key)
+        return SSDConfig.from_dict(entry["config"]) if entry else None
+
+    def put(self, key: str, config: SSDConfig, details: dict) -> None:
+        self.entries[key] = {"config": config.to_dict(), **details}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"format": CACHE_FORMAT, "entries": self.entries}, indent=1)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.path)
+
+
+def tune(kwargs: dict, base: SSDConfig = DEFAULT_CONFIG) -> tuple[SSDConfig, dict]:
+    """Search both kernels' knobs on these inputs; returns the best config and the timings."""
+    from cuda.tile.tune import exhaustive_search
+
+    from kernels.cutile.chunk_cumsum import chunk_cumsum
+    from kernels.cutile.compute_out import compute_out_launch
+    from kernels.cutile.fwd_pass_state import fwd_pass_state, fwd_pass_state_launch
+
+    x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
+    chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
+    A, D, dt_bias, init = (
+        None if kwargs.get(k) is None else kwargs[k].float()
+        for k in ("A", "D", "dt_bias", "initial_states")
+    )
+    stream = torch.cuda.current_stream()
+    began = time.perf_counter()
+    dt_out, dA = chunk_cumsum(
+        kwargs["dt"],
+        A,
+        dt_bias,
+        chunk_size,
+        kwargs["dt_softplus"],
+        kwargs["dt_limit"],
+        base.cumsum_heads,
+    )
+    states, final = fwd_pass_state(x, B, dt_out, dA, init, kwargs["return_final_states"], base)
+    out = torch.empty_like(x)
+
+    def search(start: SSDConfig, candidates: list[dict], launch) -> tuple[SSDConfig, dict]:
+        """Time `start` and its variants; a dict keeps the first of equal configs."""
+        configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
+        result = exhaustive_search(
+            configs,
+            stream,
+            grid_fn=lambda c: launch(c)[0],
+            kernel=lambda c: launch(c)[1],
+            args_fn=lambda c: launch(c)[2],
+            quiet=True,
+        )
+        start_us = next((m.mean_us for m in result.successes if m.config == start), math.nan)
+        return result.best.config, {
+            "best_us": round(result.best.mean_us, 2),
+            "start_us": round(start_us, 2),
+            "candidates": len(configs),
+            "failed": len(result.failures),
+        }
+
+    state_best, state_info = search(
+        base,
+        state_candidates(dstate, chunk_size),
+        lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, states, final, c),
+    )
+    best, out_info = search(
+        state_best,
+        out_candidates(dstate, chunk_size),
+        lambda c: compute_out_launch(x, B, C, states, dt_out, dA, D, kwargs.get("z"), out, c),
+    )
+    details = {
+        "fwd_pass_state": state_info,
+        "compute_out": out_info,
+        "tune_s": round(time.perf_counter() - began, 1),
+    }
+    return best, details
+
+
+def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:
+    """The config to launch these inputs with under a tuning policy, and what to record of it.
+
+    off: the defaults; cached: the cached pick, tuning (and caching) on a miss; force: retune.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"tune policy must be one of {POLICIES}, got {policy!r}")
+    if policy == "off":
+        return DEFAULT_CONFIG, {
+            "tune": policy,
+            "source": "default",
+            "config": DEFAULT_CONFIG.to_dict(),
+        }
+    cache = TuningCache(path or cache_path())
+    key = tuning_key(kwargs)
+    config = cache.get(key) if policy == "cached" else None
+    if config is not None:
+        return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
+    config, details = tune(kwargs)
+    cache.put(key, config, details)
+    return config, {"tune": policy, "source": "tuned", "config": config.to_dict(), **details}

@@ -1,0 +1,55 @@
+"""Launch configuration of the cuTile SSD kernels: tile sizes and occupancy hints.
+
+One frozen dataclass so a configuration can be searched, cached as JSON and recorded beside every
+result. Sizes larger than a problem's dimension are clamped by the host wrappers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class SSDConfig:
+    # chunk_cumsum: heads per CTA.
+    cumsum_heads: int = 8
+    # fwd_pass_state: dstate columns per CTA, sequence rows per mma step, CTAs per SM (0 = auto).
+    state_block_n: int = 64
+    state_block_q: int = 64
+    state_occupancy: int = 0
+    # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
+    # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
+    out_block_m: int = 64
+    out_block_k: int = 64
+    out_slice_n: int = 128
+    out_occupancy: int = 2
+    out_heads: int = 1
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> SSDConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown SSDConfig field(s) {sorted(unknown)}")
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"SSDConfig.{name} must be a non-negative integer, got {value!r}")
+        return cls(**values)
+
+
+DEFAULT_CONFIG = SSDConfig()
+
+_HINTED: dict[tuple[int, int], object] = {}
+
+
+def with_occupancy(kernel, occupancy: int):
+    """The kernel with an occupancy hint (0 = the compiler's choice); each keeps its JIT cache."""
+    if occupancy == 0:
+        return kernel
+    key = (id(kernel), occupancy)
+    if key not in _HINTED:
+        _HINTED[key] = kernel.replace_hints(occupancy=occupancy)
+    return _HINTED[key]

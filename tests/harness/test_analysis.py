@@ -1,0 +1,108 @@
+"""Speedup and per-kernel tables on synthetic runs with known answers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from harness import analysis
+from tests.harness.synthetic import CUTILE_KERNELS, TRITON_KERNELS, synthetic_table
+
+
+def test_speedup_and_interval_follow_the_recorded_cis() -> None:
+    table = analysis.speedups(synthetic_table(speedup=1.5, ci_rel=0.02))
+    assert len(table) == 12 and table["timed"].all()
+    assert table["speedup"].to_numpy() == pytest.approx(1.5)
+    # Extreme ends: baseline low over candidate high, and the reverse.
+    assert table["speedup_low"].to_numpy() == pytest.approx(1.5 * 0.98 / 1.02)
+    assert table["speedup_high"].to_numpy() == pytest.approx(1.5 * 1.02 / 0.98)
+    assert list(table[["baseline", "candidate", "mode"]].iloc[0]) == ["triton", "cutile", "graph"]
+
+
+def test_table_is_sorted_by_shape_and_keeps_shape_columns() -> None:
+    table = analysis.speedups(synthetic_table())
+    assert set(analysis.POINT_COLUMNS) <= set(table.columns)
+    keys = list(zip(table["seqlen"], table["nheads"], table["dstate"], strict=True))
+    assert keys == sorted(keys)
+
+
+def test_modes_are_separate() -> None:
+    df = synthetic_table(speedup=1.5)
+    graph = analysis.speedups(df, mode="graph")
+    eager = analysis.speedups(df, mode="eager")
+    assert (eager["speedup"] < graph["speedup"]).all()  # eager adds the same host time to both
+
+
+def test_only_ok_rows_are_timed() -> None:
+    df = synthetic_table()
+    point = df["point"].iloc[0]
+    bad = (df["point"] == point) & (df["provider"] == "cutile")
+    df.loc[bad, ["status", "error"]] = ["wrong", "rel_err 0.5 > 0.01"]
+    table = analysis.speedups(df)
+    row = table[table["point"] == point].iloc[0]
+    assert not row["timed"] and math.isnan(row["speedup"]) and math.isnan(row["speedup_low"])
+    assert (row["baseline_status"], row["candidate_status"]) == ("ok", "wrong")
+    assert row["candidate_error"] == "rel_err 0.5 > 0.01"
+    assert table["timed"].sum() == len(table) - 1
+
+
+def test_a_provider_without_rows_reads_missing() -> None:
+    df = synthetic_table()
+    table = analysis.speedups(df[df["provider"] == "triton"])
+    assert (table["candidate_status"] == "missing").all() and not table["timed"].any()
+
+
+def test_a_repeated_row_counts_once_the_latest_wins() -> None:
+    df = synthetic_table(speedup=1.5, modes=("graph",))
+    again = df[df["provider"] == "cutile"].copy()
+    again["median_ms"] *= 1.5  # re-measured later at parity
+    again["timestamp"] = "2026-11-30T00:00:00+00:00"
+    table = analysis.speedups(pd.concat([again, df]))
+    assert len(table) == 12 and table["speedup"].to_numpy() == pytest.approx(1.0)
+
+
+def test_summary_geomean_and_range() -> None:
+    table = analysis.speedups(synthetic_table(speedup=lambda p: 2.0 if p.dstate == 64 else 0.5))
+    summary = analysis.summarize(table)
+    assert summary["timed"] == summary["points"] == 12
+    assert summary["geomean"] == pytest.approx(1.0)
+    assert (summary["min"], summary["max"]) == pytest.approx((0.5, 2.0))
+
+
+def test_summary_of_nothing_timed_is_nan() -> None:
+    df = synthetic_table()
+    df["status"] = "error"
+    summary = analysis.summarize(analysis.speedups(df))
+    assert summary["timed"] == 0 and math.isnan(summary["geomean"]) and math.isnan(summary["min"])
+
+
+def test_kernel_breakdown_keeps_launch_order_and_shares() -> None:
+    df = synthetic_table()
+    point = df["point"].iloc[0]
+    df.loc[(df["point"] == point) & (df["provider"] == "triton"), "status"] = "error"
+    kb = analysis.kernel_breakdown(df)
+    assert set(kb["provider"]) == {"triton", "cutile"}
+    first = kb[(kb["point"] == kb["point"].iloc[0]) & (kb["provider"] == "cutile")]
+    assert list(first["kernel"]) == list(CUTILE_KERNELS)
+    assert first["share"].to_numpy() == pytest.approx(list(CUTILE_KERNELS.values()))
+    sums = kb.groupby(["point", "provider"])["share"].sum()
+    assert sums.to_numpy() == pytest.approx(1.0)
+    # The failed row contributes nothing; the other 11 points keep all of Triton's kernels.
+    assert len(kb[kb["provider"] == "triton"]) == 11 * len(TRITON_KERNELS)
+    row = df[(df["mode"] == "kernels") & (df["provider"] == "cutile")].iloc[0]
+    assert first["kernels_total_ms"].iloc[0] == pytest.approx(
+        sum(json.loads(row.kernel_ms).values())
+    )
+
+
+def test_kernel_breakdown_without_kernels_mode_is_empty() -> None:
+    kb = analysis.kernel_breakdown(synthetic_table(modes=("graph",)))
+    assert kb.empty and "kernel" in kb.columns
+
+
+def test_varying_columns() -> None:
+    df = synthetic_table(dstates=(128,))
+    assert analysis.varying_columns(df) == ["seqlen", "nheads"]

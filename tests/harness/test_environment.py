@@ -1,0 +1,36 @@
+"""harness.environment on a machine without GPU tools: every probe tolerates absence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import environment
+
+
+def test_capture_without_gpu_or_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: None)
+    monkeypatch.setattr(environment, "tileiras_version", lambda: None)
+    env = environment.capture(None)
+    assert env["gpu"] == {"name": "cpu", "index": None}
+    assert env["git"] == {"commit": None, "dirty": None}
+    assert env["versions"]["tileiras"] is None and env["clocks_start"] is None
+    assert env["versions"]["torch"]  # installed here
+    json.dumps(env)  # goes into meta.json
+
+
+def test_git_state_reads_commit_and_dirty_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"rev-parse": "0123abc", "status": " M harness/runner.py"}
+    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: answers[cmd[3]])
+    assert environment.git_state() == {"commit": "0123abc", "dirty": True}
+
+
+def test_missing_command_is_none() -> None:
+    assert environment._run(["ssdbench-no-such-command-xyz"]) is None
+
+
+def test_gpu_slug() -> None:
+    assert environment.gpu_slug("NVIDIA H200") == "nvidia-h200"
+    assert environment.gpu_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
+    assert environment.gpu_slug("???") == "unknown"

@@ -1,0 +1,212 @@
+"""The regression gate on synthetic runs: verdicts, floor, exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness import gate
+from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture, baseline: Path, candidate: Path, *extra: str):
+    """gate.main in-process; returns (exit code, stdout, stderr)."""
+    code = gate.main(["--baseline", str(baseline), "--candidate", str(candidate), *extra])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_unusable(code: int, err: str, *words: str) -> None:
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for word in words:
+        assert word in err
+
+
+@pytest.fixture
+def baseline(tmp_path: Path) -> Path:
+    return build_run(tmp_path / "base", run_id="base", ci_rel=0.01)
+
+
+# --- the verdict rule itself ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cand", "low", "high", "expected"),
+    [
+        (1.40, 1.35, 1.45, "same"),  # identical
+        (1.35, 1.34, 1.36, "same"),  # disjoint, but a 3.6 % drop is within tolerance
+        (1.20, 1.18, 1.22, "slower"),  # disjoint and 14 % lower
+        (1.60, 1.58, 1.62, "faster"),
+        (1.20, 1.00, 1.40, "ambiguous"),  # 14 % lower, but the intervals overlap
+        (1.20, math.nan, math.nan, "ambiguous"),  # no CI: cannot separate
+    ],
+)
+def test_verdict(cand: float, low: float, high: float, expected: str) -> None:
+    assert gate.verdict(1.40, 1.36, 1.44, cand, low, high, tolerance=0.05) == expected
+
+
+@pytest.mark.parametrize(
+    ("cand", "high", "expected"), [(1.0, 1.05, "below"), (1.05, 1.15, "near"), (1.2, 1.3, "")]
+)
+def test_floor_uses_the_upper_end(cand: float, high: float, expected: str) -> None:
+    assert gate.floor_flag(cand, high, floor=1.1) == expected
+
+
+# --- whole runs --------------------------------------------------------------------------------
+
+
+def test_a_run_against_itself_passes(capsys, baseline: Path) -> None:
+    code, out, _ = run(capsys, baseline, baseline, "--require-points", "all")
+    assert code == 0 and out.startswith("gate: PASS: 12 point(s) compared (12 same)")
+
+
+def test_a_crafted_regression_is_caught(capsys, tmp_path: Path, baseline: Path) -> None:
+    slow_long = build_run(
+        tmp_path / "cand", speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4, ci_rel=0.01
+    )
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    code, out, _ = run(
+        capsys, baseline, slow_long, "--report-md", str(md), "--report-json", str(js)
+    )
+    assert code == 1 and "FAIL: 4 point(s) regressed (4 slower, 8 same)" in out
+    result = json.loads(js.read_text())
+    assert result["verdict"] == "fail" and result["exit_code"] == 1
+    assert len(result["failing_points"]) == 4 and all(
+        "L16384" in p for p in result["failing_points"]
+    )
+    assert result["counts"] == {"slower": 4, "same": 8}
+    text = md.read_text()
+    assert text.startswith("## ssdbench gate: FAIL") and "### Points to look at" in text
+    assert "slower (fails)" in text and "-14.3 %" in text
+
+
+def test_noisy_but_equal_runs_pass(capsys, tmp_path: Path) -> None:
+    # Same true speedup; each run's medians jitter by ~1.5 % and its CIs say +-3 %.
+    noisy = {"jitter": 0.015, "ci_rel": 0.03}
+    a = build_run(tmp_path / "a", seed=1, **noisy)
+    b = build_run(tmp_path / "b", seed=2, **noisy)
+    code, out, _ = run(capsys, a, b)
+    assert code == 0 and "slower" not in out
+
+
+def test_a_noisy_drop_is_ambiguous_not_a_failure(capsys, tmp_path: Path, baseline: Path) -> None:
+    wide = build_run(tmp_path / "cand", speedup=1.25, ci_rel=0.08)
+    code, out, _ = run(capsys, baseline, wide)
+    assert code == 0 and "12 ambiguous" in out
+    code, _, _ = run(capsys, baseline, wide, "--fail-on-ambiguous")
+    assert code == 1
+
+
+def test_a_point_that_stopped_working_fails(capsys, tmp_path: Path, baseline: Path) -> None:
+    table = synthetic_table()
+    point = table["point"].iloc[0]
+    table.loc[(table["point"] == point) & (table["provider"] == "cutile"), "status"] = "wrong"
+    broken = write_run(tmp_path / "cand", table, synthetic_meta())
+    code, out, _ = run(capsys, baseline, broken)
+    assert code == 1 and f"broken: {point}" in out
+
+
+def test_floor(capsys, tmp_path: Path, baseline: Path) -> None:
+    assert run(capsys, baseline, baseline, "--floor", "1.3")[0] == 0
+    code, out, _ = run(capsys, baseline, baseline, "--floor", "1.5")
+    assert code == 1 and "12 below floor 1.5x" in out
+    # 1.41 is above the 1.4x estimate but inside its interval: flagged "near", not failed.
+    md = Path(baseline.parent / "near.md")
+    assert run(capsys, baseline, baseline, "--floor", "1.41", "--report-md", str(md))[0] == 0
+    assert "near floor" in md.read_text()
+
+
+def test_points_only_in_one_run_are_listed_not_failed(capsys, tmp_path: Path, baseline) -> None:
+    subset = build_run(tmp_path / "cand", seqlens=(1024, 4096, 65536))
+    js = tmp_path / "gate.json"
+    code, _, _ = run(capsys, baseline, subset, "--report-json", str(js))
+    assert code == 0
+    assert json.loads(js.read_text())["counts"] == {"same": 8, "missing": 4, "new": 4}
+
+
+# --- unusable inputs: exit 2 and one clear line ----------------------------------------------
+
+
+def test_missing_file(capsys, tmp_path: Path, baseline: Path) -> None:
+    code, _, err = run(capsys, baseline, tmp_path / "nope")
+    assert_unusable(code, err, "candidate", "no such file")
+
+
+def test_corrupt_parquet(capsys, tmp_path: Path, baseline: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file")
+    assert_unusable(*run(capsys, baseline, bad)[::2], "candidate", str(bad))
+
+
+def test_foreign_parquet_without_metadata(capsys, tmp_path: Path, baseline: Path) -> None:
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pa.Table.from_pandas(synthetic_table(), preserve_index=False), foreign)
+    assert_unusable(*run(capsys, foreign, baseline)[::2], "baseline", str(foreign))
+
+
+def test_schema_version_mismatch(capsys, tmp_path: Path, baseline: Path) -> None:
+    meta = synthetic_meta() | {"schema_version": 99}
+    future = write_run(tmp_path / "future", synthetic_table(), meta)
+    assert_unusable(*run(capsys, baseline, future)[::2], "candidate", "99")
+
+
+def test_different_gpus(capsys, tmp_path: Path, baseline: Path) -> None:
+    other = build_run(tmp_path / "h100", gpu="NVIDIA H100 80GB HBM3", ci_rel=0.01)
+    assert_unusable(*run(capsys, baseline, other)[::2], "different GPUs", "H100")
+    assert run(capsys, baseline, other, "--allow-different-gpus")[0] == 0
+
+
+def test_required_points_missing(capsys, tmp_path: Path, baseline: Path) -> None:
+    subset = build_run(tmp_path / "cand", seqlens=(1024,))
+    assert_unusable(
+        *run(capsys, baseline, subset, "--require-points", "all")[::2],
+        "candidate lacks 8 required point(s)",
+    )
+    key = "b1_L16384_H32_P64_N64_G1_Q256_bfloat16_D_bias_sp"
+    assert_unusable(*run(capsys, baseline, subset, "--require-points", key)[::2], key)
+    listed = tmp_path / "required.txt"
+    listed.write_text(f"# the points CI must keep\n{key}\n")
+    assert_unusable(*run(capsys, baseline, subset, "--require-points", str(listed))[::2], key)
+    present = "b1_L1024_H32_P64_N64_G1_Q256_bfloat16_D_bias_sp"
+    assert run(capsys, baseline, subset, "--require-points", present)[0] == 0
+
+
+def test_no_comparable_points(capsys, tmp_path: Path, baseline: Path) -> None:
+    elsewhere = build_run(tmp_path / "cand", seqlens=(2048,))
+    assert_unusable(*run(capsys, baseline, elsewhere)[::2], "no point in common")
+    other_mode = build_run(tmp_path / "eager", modes=("eager",))
+    assert_unusable(*run(capsys, baseline, other_mode)[::2], "no rows in graph mode")
+    table = synthetic_table()
+    table.loc[table["provider"] == "triton", "status"] = "error"
+    untimed = write_run(tmp_path / "untimed", table, synthetic_meta())
+    assert_unusable(*run(capsys, untimed, untimed)[::2], "no point has both providers timed")
+
+
+def test_unusable_input_still_writes_the_reports(capsys, tmp_path: Path, baseline: Path) -> None:
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    run(capsys, baseline, tmp_path / "nope", "--report-md", str(md), "--report-json", str(js))
+    assert json.loads(js.read_text())["verdict"] == "error"
+    assert md.read_text().startswith("## ssdbench gate: ERROR (unusable input)")
+
+
+def test_command_line_exit_codes(tmp_path: Path, baseline: Path) -> None:
+    command = [sys.executable, "-m", "harness.gate", "--baseline", str(baseline), "--candidate"]
+    ok = subprocess.run([*command, str(baseline)], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    missing = subprocess.run(
+        [*command, str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().splitlines() == [
+        f"gate: unusable input: candidate {tmp_path / 'x'}: no such file or directory"
+    ]

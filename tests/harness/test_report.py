@@ -1,0 +1,99 @@
+"""The report command on synthetic run directories: figures, report.md, errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import records, report
+from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FIGURES = {
+    "speedup_vs_seqlen_graph.png",
+    "speedup_vs_seqlen_eager.png",
+    "speedup_vs_seqlen_kernels.png",
+    "speedup_heatmap_graph.png",
+    "times_graph.png",
+    "roofline_graph.png",
+    "kernel_breakdown.png",
+}
+
+
+def test_report_writes_figures_and_markdown_into_the_run(tmp_path: Path) -> None:
+    run = build_run(tmp_path)
+    assert report.main([str(run)]) == 0
+    for name in FIGURES:
+        assert (run / name).read_bytes()[:8] == PNG_MAGIC, name
+    text = (run / "report.md").read_text()
+    for heading in (
+        "## Environment",
+        "## Speedup",
+        "## Figures",
+        "## Points (graph mode)",
+        "## Failures",
+        "## Wide confidence intervals",
+    ):
+        assert heading in text
+    assert "NVIDIA H200" in text and "580.159.04" in text and "0123456789abcdef" in text
+    assert "| graph | 12 | 12 | 1.400x | 1.400x | 1.400x | 0 |" in text
+    for name in FIGURES:
+        assert f"]({name})" in text
+
+
+def test_report_lists_failures_and_wide_cis(tmp_path: Path) -> None:
+    table = synthetic_table()
+    point = table["point"].iloc[0]
+    broken = (table["point"] == point) & (table["provider"] == "cutile")
+    table.loc[broken, ["status", "error"]] = ["error", "CompileError: tile too large\ntrace..."]
+    noisy = (table["point"] == table["point"].iloc[-1]) & (table["provider"] == "triton")
+    table.loc[noisy, ["ci_wide", "ci_rel"]] = [True, 0.083]
+    run = write_run(tmp_path / "run", table, synthetic_meta())
+    assert report.main([str(run), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    failures = text.split("## Failures")[1].split("##")[0]
+    assert f"| {point} | cutile | graph | error | CompileError: tile too large |" in failures
+    assert "trace..." not in failures
+    assert "8.3 %" in text.split("## Wide confidence intervals")[1]
+    assert "ok / error" in text
+    assert not (run / "report.md").exists()
+
+
+def test_report_without_kernels_mode_skips_the_breakdown(tmp_path: Path) -> None:
+    run = build_run(tmp_path, modes=("graph",))
+    written = report.write_report(*records.load_run(run), tmp_path / "out")
+    names = {p.name for p in written}
+    assert "kernel_breakdown.png" not in names and "speedup_heatmap_graph.png" in names
+
+
+def test_report_on_a_missing_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert report.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("report: cannot load") and "Traceback" not in err
+
+
+def test_latest_run_skips_baselines(tmp_path: Path) -> None:
+    older = build_run(tmp_path, run_id="older")
+    newer = build_run(tmp_path, run_id="newer")
+    baseline = write_run(
+        tmp_path / "baselines" / "nvidia-h200", synthetic_table(), synthetic_meta()
+    )
+    os.utime(older / "meta.json", (1, 1))
+    os.utime(older / "results.parquet", (1, 1))
+    assert report.latest_run(tmp_path) == newer
+    assert baseline.exists()
+    with pytest.raises(FileNotFoundError):
+        report.latest_run(tmp_path / "empty")
+
+
+def test_report_on_a_run_with_nothing_timed(tmp_path: Path) -> None:
+    table = synthetic_table(modes=("graph",))
+    table.loc[table["provider"] == "cutile", ["status", "error"]] = ["unsupported", "no sm_90"]
+    run = write_run(tmp_path / "run", table, synthetic_meta())
+    assert report.main([str(run)]) == 0
+    assert (run / "speedup_heatmap_graph.png").read_bytes()[:8] == PNG_MAGIC
+    text = (run / "report.md").read_text()
+    assert "| graph | 12 | 0 | — | — | — | 0 |" in text
+    assert text.count("| unsupported | no sm_90 |") == 12

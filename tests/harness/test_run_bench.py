@@ -1,0 +1,72 @@
+"""run_bench.py on a machine without a CUDA GPU: one line, non-zero exit, no traceback; config
+errors are one line too, before any GPU work."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+SCRIPT = REPO / "run_bench.py"
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("run_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(load_module().cuda_device_count() > 0, reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize("args", [(), ("sweep=smoke", "timing=quick"), ("-m", "sweep.seqlen=1,2")])
+def test_without_a_gpu_it_exits_at_once_with_one_line(args: tuple[str, ...]) -> None:
+    done = run_script(*args)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "ssdbench: no CUDA GPU found; run_bench.py measures on a GPU. "
+        "On this machine run the tests: make test"
+    ]
+
+
+def test_printing_the_config_needs_no_gpu() -> None:
+    done = run_script("--cfg", "job", "sweep=models")
+    assert done.returncode == 0, done.stderr
+    assert "name: models" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["sweep.seqlen=-1"], "ssdbench: config error: sweep: seqlen must be >= 1, got -1"),
+        (["sweep.seqlenn=1"], "ssdbench: config error: Could not override 'sweep.seqlenn'."),
+        (["-m", "sweep.seqlen=1024,-1"], "ssdbench: config error: sweep: seqlen must be >= 1"),
+    ],
+)
+def test_config_errors_are_one_line_before_any_gpu_work(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    module = load_module()
+    monkeypatch.setattr(module, "cuda_device_count", lambda: 1)  # pretend, to reach the check
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(message)

@@ -1,0 +1,325 @@
+"""The sweep loop end to end on CPU: fake providers (right, wrong, NaN, failing, picky) around the
+float64 reference, a wall-clock timer standing in for CUDA, and the run directory on disk."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import config, providers, records, runner
+from harness.config import ConfigError
+from harness.providers import Provider
+from harness.timing import Call
+from kernels import reference
+
+PEAKS = {"bf16_tflops": 2.0, "copy_gbps": 4.0}
+REFERENCE = reference.ssd_forward  # bound now: one test replaces the module's function
+ENV = {"gpu": {"name": "cpu", "index": None}, "git": {"commit": "abc", "dirty": False}}
+CALLS: Counter[str] = Counter()
+
+
+def _answer(scale: float = 1.0, final_scale: float = 1.0, nan: bool = False):
+    """A provider computing the float64 reference, cast as the contract says, then spoiled."""
+
+    def ssd_forward(**kwargs):
+        result = REFERENCE(**kwargs)
+        out, final = result if kwargs["return_final_states"] else (result, None)
+        out = (out * scale).to(kwargs["x"].dtype)
+        if nan:
+            out[0, -1, 0, 0] = math.nan
+        return out if final is None else (out, (final * final_scale).float())
+
+    return ssd_forward
+
+
+def _counted(name: str, fn):
+    def ssd_forward(**kwargs):
+        CALLS[name] += 1
+        return fn(**kwargs)
+
+    return ssd_forward
+
+
+def _broken(**kwargs):
+    raise RuntimeError("kernel failed to compile\ntileiras said more")
+
+
+def fake(name: str, fn, prefixes: tuple[str, ...] = ("k_",), supports=None) -> Provider:
+    return Provider(
+        name=name,
+        load=lambda: _counted(name, fn),
+        description="test",
+        devices=("cpu",),
+        kernel_prefixes=prefixes,
+        supports=supports or (lambda p: None),
+    )
+
+
+@pytest.fixture(autouse=True)
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private registry with the fakes; 'triton' replaced so per-point tuning runs on CPU."""
+    monkeypatch.setattr(providers, "_PROVIDERS", dict(providers._PROVIDERS))
+    monkeypatch.setitem(providers._PROVIDERS, "triton", fake("triton", _answer()))
+    for provider in (
+        fake("good", _answer()),
+        fake("good2", _answer()),
+        fake("wrong", _answer(scale=1.5)),
+        fake("nan", _answer(nan=True)),
+        fake("broken", _broken),
+        fake("picky", _answer(), supports=lambda p: "seqlen > 32" if p.seqlen > 32 else None),
+        fake("plain", _answer(), prefixes=()),
+        fake("badfinal", _answer(final_scale=2.0)),
+    ):
+        providers.register(provider)
+    CALLS.clear()
+
+
+class WallTimer:
+    """The three modes emulated with the wall clock on CPU (tests only); kernels mode splits the
+    time evenly over the provider's prefixes. `fail` names (provider, mode) pairs that raise."""
+
+    def __init__(self, fail: set[tuple[str, str]] = frozenset()) -> None:
+        self.fail = fail
+
+    def synchronize(self) -> None:
+        pass
+
+    @contextmanager
+    def sampler(self, mode: str, call: Call):
+        if (call.name, mode) in self.fail:
+            raise RuntimeError(f"cannot capture {call.name}")
+
+        def take(n: int):
+            samples = []
+            for _ in range(n):
+                start = time.perf_counter()
+                call.fn()
+                ms = (time.perf_counter() - start) * 1e3
+                share = {p: ms / len(call.kernel_prefixes) for p in call.kernel_prefixes}
+                samples.append((ms, share if mode == "kernels" else {}))
+            return samples
+
+        yield take
+
+
+def make_cfg(tmp_path: Path, names: list[str], *overrides: str) -> config.BenchConfig:
+    small = ["sweep=smoke", "sweep.seqlen=[32,64]", "sweep.nheads=2", "sweep.headdim=8",
+             "sweep.dstate=16", "sweep.chunk_size=16", "timing.warmup=1", "timing.min_reps=6",
+             "timing.max_reps=6", "timing.kernels_batch=3", "progress=false",
+             f"results_dir={tmp_path}", f"providers.names=[{','.join(names)}]"]  # fmt: skip
+    return config.to_bench(config.compose([*small, *overrides]))
+
+
+def sweep(cfg: config.BenchConfig, timer: WallTimer | None = None) -> Path:
+    return runner.run(cfg, device="cpu", timer=timer or WallTimer(), peaks=PEAKS, env=ENV)
+
+
+def by(df, provider: str, point_seqlen: int | None = None):
+    rows = df[df["provider"] == provider]
+    return rows if point_seqlen is None else rows[rows["seqlen"] == point_seqlen]
+
+
+def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:
+    names = ["good", "wrong", "nan", "broken", "picky", "plain"]
+    run_dir = sweep(make_cfg(tmp_path, names))
+    assert run_dir.parent == tmp_path / "cpu" and run_dir.name.startswith("smoke-")
+    df, meta = records.load_run(run_dir)
+    assert len(df) == 2 * len(names) * 3
+    assert meta["peaks"] == PEAKS and meta["env"]["git"]["commit"] == "abc"
+    assert meta["config"]["providers"]["names"] == names and meta["run_id"] == run_dir.name
+    assert (run_dir / records.RESULTS_FILE).is_file()
+
+    good = by(df, "good")
+    assert set(good["status"]) == {"ok"} and set(good["check_against"]) == {"float64"}
+    assert (good["rel_err"] < 1e-2).all() and (good["reps"] == 6).all()
+    assert (good["median_ms"] > 0).all() and (good["ci_low_ms"] <= good["median_ms"]).all()
+    assert good["frac_peak_flops"].tolist() == pytest.approx((good["tflops"] / 2.0).tolist())
+    assert good["frac_peak_bw"].tolist() == pytest.approx((good["gbps"] / 4.0).tolist())
+    kernels = good[good["mode"] == "kernels"]["kernel_ms"].map(json.loads)
+    assert all(set(k) == {"k_"} for k in kernels)
+    assert set(good[good["mode"] != "kernels"]["kernel_ms"]) == {"{}"}
+    assert set(good["l2"]) == {"cold"} and set(good["gpu_name"]) == {"cpu"}
+    assert set(good["device_index"]) == {-1} and set(good["seed"]) == {0}
+
+    for name, err in (
+        ("wrong", "rel_err 0.5 above the bfloat16 tolerance"),
+        ("nan", "rel_err nan"),
+    ):
+        rows = by(df, name)
+        assert set(rows["status"]) == {"wrong"}, name
+        assert rows["error"].str.startswith(err).all(), rows["error"].iloc[0]
+        assert rows["median_ms"].isna().all() and (rows["reps"] == 0).all()  # never timed
+    assert by(df, "nan")["rel_err"].isna().all()
+
+    broken = by(df, "broken")
+    assert set(broken["status"]) == {"error"}
+    assert set(broken["error"]) == {"RuntimeError: kernel failed to compile"}
+
+    assert set(by(df, "picky", 32)["status"]) == {"ok"}
+    assert set(by(df, "picky", 64)["status"]) == {"unsupported"}
+    assert set(by(df, "picky", 64)["error"]) == {"seqlen > 32"}
+
+    plain = by(df, "plain")
+    assert set(plain[plain["mode"] != "kernels"]["status"]) == {"ok"}
+    assert set(plain[plain["mode"] == "kernels"]["status"]) == {"unsupported"}
+
+
+def test_rerun_with_the_same_run_id_skips_finished_points(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
+    sweep(cfg)
+    first = CALLS["good"]
+    sweep(cfg)
+    assert CALLS["good"] == first  # nothing measured twice
+    bigger = make_cfg(tmp_path, ["good", "good2"], "run_id=r1", "sweep.seqlen=[32,64,128]")
+    sweep(bigger)
+    assert CALLS["good"] == first * 3 // 2  # only the new point
+    df, _ = records.load_run(tmp_path / "cpu" / "r1")
+    assert len(df) == 3 * 3 + 3 * 3  # good at 3 points, good2 at all 3 (it was new everywhere)
+
+
+def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) -> None:
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
+    real = runner.Sweep.point
+
+    def interrupt_second(self, problem, provs):
+        if problem.seqlen == 64:
+            raise KeyboardInterrupt
+        return real(self, problem, provs)
+
+    monkeypatch.setattr(runner.Sweep, "point", interrupt_second)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(cfg)
+    run_dir = tmp_path / "cpu" / "r1"
+    assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)[:1]}
+    df, _ = records.load_run(run_dir / records.RESULTS_FILE)  # consolidated on the way out
+    assert set(df["seqlen"]) == {32}
+    monkeypatch.setattr(runner.Sweep, "point", real)
+    sweep(cfg)
+    assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
+
+
+def _keys(cfg: config.BenchConfig) -> list[str]:
+    return [p.key() for p in config.validate(cfg)]
+
+
+def test_resumed_run_must_keep_its_measurement_settings(tmp_path: Path) -> None:
+    sweep(make_cfg(tmp_path, ["good"], "run_id=r1"))
+    with pytest.raises(ConfigError, match=r"run r1 was measured with timing.ci_target=0.01"):
+        sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "timing.ci_target=0.02"))
+
+
+def test_resume_true_continues_the_newest_run_of_the_same_sweep(tmp_path: Path) -> None:
+    first = sweep(make_cfg(tmp_path, ["good"]))
+    calls = CALLS["good"]
+    assert sweep(make_cfg(tmp_path, ["good"], "resume=true")) == first
+    assert CALLS["good"] == calls
+    other = sweep(make_cfg(tmp_path, ["good"], "resume=true", "sweep.seqlen=[32]"))
+    assert other != first  # a different sweep section starts its own run
+    assert sweep(make_cfg(tmp_path, ["good"])) not in (first, other)  # resume=false: always new
+
+
+def test_without_the_reference_providers_are_checked_against_the_fallback(tmp_path: Path) -> None:
+    names = ["wrong", "good2", "good"]
+    cfg = make_cfg(tmp_path, names, "check.reference_max_gib=0", "check.fallback=good")
+    df, _ = records.load_run(sweep(cfg))
+    good = by(df, "good")
+    assert set(good["status"]) == {"ok"} and set(good["check_against"]) == {""}
+    assert good["rel_err"].isna().all()
+    assert set(by(df, "good2")["check_against"]) == {"provider:good"}
+    assert set(by(df, "good2")["status"]) == {"ok"}
+    assert set(by(df, "wrong")["status"]) == {"wrong"}
+    assert set(by(df, "wrong")["check_against"]) == {"provider:good"}
+
+
+def test_reference_out_of_memory_falls_back_to_a_peer(tmp_path: Path, monkeypatch) -> None:
+    def oom(**kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40 GiB")
+
+    cfg = make_cfg(tmp_path, ["good", "wrong"], "check.fallback=good")
+    monkeypatch.setattr(reference, "ssd_forward", oom)
+    df, _ = records.load_run(sweep(cfg))
+    assert set(by(df, "wrong")["check_against"]) == {"provider:good"}
+    assert set(by(df, "wrong")["status"]) == {"wrong"}
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch) -> None:
+    real = runner.make_inputs
+
+    def inputs(problem, seed, device):
+        if problem.seqlen == 32:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(problem, seed, device)
+
+    monkeypatch.setattr(runner, "make_inputs", inputs)
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good", "good2"])))
+    first = df[df["seqlen"] == 32]
+    assert set(first["status"]) == {"error"}
+    assert set(first["error"]) == {"OutOfMemoryError: CUDA out of memory"}
+    assert set(df[df["seqlen"] == 64]["status"]) == {"ok"}
+
+
+def test_a_failing_mode_is_isolated(tmp_path: Path) -> None:
+    timer = WallTimer(fail={("good", "graph")})
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good", "good2"]), timer))
+    good = by(df, "good")
+    assert set(good[good["mode"] == "graph"]["status"]) == {"error"}
+    assert set(good[good["mode"] == "graph"]["error"]) == {"RuntimeError: cannot capture good"}
+    assert set(good[good["mode"] != "graph"]["status"]) == {"ok"}
+    assert set(by(df, "good2")["status"]) == {"ok"}
+
+
+def test_final_states_are_checked(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, ["good", "badfinal"], "sweep.return_final_states=true")
+    df, _ = records.load_run(sweep(cfg))
+    assert (by(df, "good")["final_rel_err"] < 1e-6).all()
+    assert set(by(df, "good")["status"]) == {"ok"}
+    bad = by(df, "badfinal")
+    assert set(bad["status"]) == {"wrong"} and bad["error"].str.startswith("final_rel_err 1").all()
+
+
+def test_per_point_triton_autotuning_is_reset_and_recorded(tmp_path: Path, monkeypatch) -> None:
+    from kernels import triton_ssd
+
+    resets = []
+    monkeypatch.setattr(triton_ssd, "reset_autotuning", lambda: resets.append(1))
+    cfg = make_cfg(tmp_path, ["triton", "good"], "triton_autotune=per_point", "tune=force")
+    df, _ = records.load_run(sweep(cfg))
+    assert len(resets) == 2  # before each point
+    assert set(by(df, "triton")["tuning"]) == {'{"triton_autotune": "per_point"}'}
+    assert set(by(df, "good")["tuning"]) == {"{}"}
+
+
+def test_broken_device_stops_the_sweep_after_recording_the_culprit(
+    tmp_path: Path, monkeypatch
+) -> None:
+    broken = {"on": False}
+
+    def sync(self):
+        if broken["on"]:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def crash(**kwargs):
+        broken["on"] = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setitem(providers._PROVIDERS, "broken", fake("broken", crash))
+    monkeypatch.setattr(runner.Sweep, "_sync", sync)
+    cfg = make_cfg(tmp_path, ["broken", "good"], "run_id=r1")
+    with pytest.raises(runner.SweepAborted, match="run_id=r1 to resume"):
+        sweep(cfg)
+    run_dir = tmp_path / "cpu" / "r1"
+    first = _keys(cfg)[0]
+    assert records.completed_points(run_dir) == {(first, "broken")}
+    broken["on"] = False
+    monkeypatch.setitem(providers._PROVIDERS, "broken", fake("broken", _broken))
+    sweep(cfg)  # resumes: good measured at the first point, broken not retried there
+    df, _ = records.load_run(run_dir)
+    assert len(df) == 2 * 2 * 3
+    assert set(by(df, "good")["status"]) == {"ok"}

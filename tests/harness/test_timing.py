@@ -1,0 +1,157 @@
+"""harness.timing's logic with a scripted timer: interleaving, warm-up, adaptive stopping,
+error isolation, and splitting profiler events into per-repetition kernel times."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from harness.timing import Call, TimingError, TimingPolicy, measure, split_kernel_events
+
+
+class ScriptedTimer:
+    """Each call's samples come from a per-name iterator of times; every sampler call is logged."""
+
+    def __init__(self, times: dict[str, Callable[[], Iterator[float]]], fail: dict | None = None):
+        self.times = {name: make() for name, make in times.items()}
+        self.fail = fail or {}  # name -> sampler call number that raises (1-based)
+        self.log: list[tuple[str, int]] = []
+        self.opened: list[str] = []
+        self.closed: list[str] = []
+
+    def synchronize(self) -> None:
+        pass
+
+    @contextmanager
+    def sampler(self, mode: str, call: Call):
+        self.opened.append(call.name)
+        calls = itertools.count(1)
+
+        def take(n: int):
+            self.log.append((call.name, n))
+            if next(calls) == self.fail.get(call.name):
+                raise RuntimeError(f"{call.name} broke\nsecond line")
+            return [(next(self.times[call.name]), {"k": 1.0}) for _ in range(n)]
+
+        try:
+            yield take
+        finally:
+            self.closed.append(call.name)
+
+
+def constant(value: float) -> Callable[[], Iterator[float]]:
+    return lambda: itertools.repeat(value)
+
+
+def alternating(a: float, b: float) -> Callable[[], Iterator[float]]:
+    return lambda: itertools.cycle([a, b])
+
+
+def calls(*names: str, counter: dict | None = None) -> list[Call]:
+    def fn_for(name: str):
+        def fn() -> None:
+            if counter is not None:
+                counter[name] = counter.get(name, 0) + 1
+
+        return fn
+
+    return [Call(name, fn_for(name)) for name in names]
+
+
+POLICY = TimingPolicy(warmup=2, min_reps=10, max_reps=50, max_seconds=1e9, ci_target=0.01)
+
+
+def test_providers_alternate_and_stop_at_min_reps_once_converged() -> None:
+    timer = ScriptedTimer({"a": constant(1.0), "b": constant(2.0)})
+    results = measure(calls("a", "b"), "graph", POLICY, timer)
+    assert [name for name, _ in timer.log] == ["a", "b"] * 10
+    assert [(m.name, m.summary.n, m.summary.median, m.ci_wide) for m in results] == [
+        ("a", 10, 1.0, False),
+        ("b", 10, 2.0, False),
+    ]
+    assert timer.closed == ["b", "a"]  # samplers released (graphs freed) after the mode
+
+
+def test_warmup_calls_run_before_sampling_and_are_not_samples() -> None:
+    counter: dict[str, int] = {}
+    timer = ScriptedTimer({"a": constant(1.0)})
+    (m,) = measure(calls("a", counter=counter), "eager", POLICY, timer)
+    assert counter == {"a": POLICY.warmup}  # the scripted sampler never calls fn itself
+    assert m.summary.n == POLICY.min_reps
+
+
+def test_noisy_samples_run_to_max_reps_and_are_flagged() -> None:
+    timer = ScriptedTimer({"a": constant(1.0), "b": alternating(1.0, 2.0)})
+    a, b = measure(calls("a", "b"), "eager", POLICY, timer)
+    assert a.summary.n == b.summary.n == POLICY.max_reps  # a keeps alternating with b
+    assert b.ci_wide and not a.ci_wide
+    assert b.summary.ci_rel > POLICY.ci_target
+
+
+def test_time_cap_stops_sampling() -> None:
+    ticks = itertools.count()
+    policy = TimingPolicy(warmup=0, min_reps=10, max_reps=1000, max_seconds=25.0)
+    timer = ScriptedTimer({"a": alternating(1.0, 3.0)})
+    (m,) = measure(calls("a"), "eager", policy, timer, clock=lambda: float(next(ticks)))
+    assert m.summary.n == 25 and m.ci_wide
+
+
+def test_kernels_mode_samples_in_batches_and_keeps_kernel_medians() -> None:
+    policy = TimingPolicy(warmup=0, min_reps=10, max_reps=100, kernels_batch=4)
+    timer = ScriptedTimer({"a": constant(1.0), "b": constant(1.0)})
+    a, _ = measure(calls("a", "b"), "kernels", policy, timer)
+    assert timer.log[:4] == [("a", 4), ("b", 4), ("a", 4), ("b", 4)]
+    assert a.summary.n == 12 and a.kernel_ms == {"k": 1.0}
+
+
+def test_a_failing_provider_drops_out_and_the_other_is_still_timed() -> None:
+    timer = ScriptedTimer({"a": constant(1.0), "b": constant(2.0)}, fail={"a": 3})
+    a, b = measure(calls("a", "b"), "graph", POLICY, timer)
+    assert a.summary is None and a.error == "RuntimeError: a broke"
+    assert b.error == "" and b.summary.n == POLICY.min_reps
+    assert [name for name, _ in timer.log].count("a") == 3
+
+
+def test_a_failing_warmup_is_an_error_for_that_provider_only() -> None:
+    def boom() -> None:
+        raise ValueError("bad launch")
+
+    timer = ScriptedTimer({"a": constant(1.0), "b": constant(2.0)})
+    a, b = measure([Call("a", boom), Call("b", lambda: None)], "eager", POLICY, timer)
+    assert a.error == "ValueError: bad launch" and b.summary.median == 2.0
+    assert timer.opened == ["b"]
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        measure(calls("a"), "wallclock", POLICY, ScriptedTimer({"a": constant(1.0)}))
+
+
+def test_split_kernel_events_groups_by_prefix_and_repetition() -> None:
+    events = [
+        # name, start µs, duration µs; two reps of a provider launching two kernels, with the
+        # L2 flush and an unrelated kernel in between (ignored).
+        ("vectorized_elementwise_kernel<FillFunctor>", 0.0, 100.0),
+        ("compute_out_Kt2_bf16_x", 150.0, 30.0),
+        ("chunk_cumsum_kernel_Kt2_A2", 110.0, 10.0),
+        ("vectorized_elementwise_kernel<FillFunctor>", 200.0, 100.0),
+        ("chunk_cumsum_kernel_Kt2_A2", 310.0, 12.0),
+        ("compute_out_Kt2_bf16_x", 330.0, 34.0),
+    ]
+    samples = split_kernel_events(events, ("chunk_cumsum", "compute_out", "compute"), reps=2)
+    assert samples == [
+        (pytest.approx(0.040), {"chunk_cumsum": pytest.approx(0.010), "compute_out": 0.030}),
+        (pytest.approx(0.046), {"chunk_cumsum": pytest.approx(0.012), "compute_out": 0.034}),
+    ]
+    assert list(samples[0][1]) == ["chunk_cumsum", "compute_out"]  # launch order
+
+
+def test_split_kernel_events_refuses_what_it_cannot_attribute() -> None:
+    events = [("k1", 0.0, 1.0), ("k1", 5.0, 1.0), ("k1", 9.0, 1.0)]
+    with pytest.raises(TimingError, match="do not split evenly into 2 reps"):
+        split_kernel_events(events, ("k1",), reps=2)
+    with pytest.raises(TimingError, match="no profiled kernel name starts with"):
+        split_kernel_events(events, ("other",), reps=3)

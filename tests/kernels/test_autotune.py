@@ -1,0 +1,77 @@
+"""kernels.cutile.autotune without a GPU: search spaces, the JSON cache, the policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels.cutile import autotune
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+
+
+def test_candidates_respect_problem_sizes() -> None:
+    for candidate in autotune.state_candidates(dstate=16, chunk_size=64):
+        assert candidate["state_block_n"] == 16 and candidate["state_block_q"] == 64
+    out = autotune.out_candidates(dstate=256, chunk_size=256)
+    assert {c["out_heads"] for c in out} == {1, 2}
+    assert all(SSDConfig.from_dict({**DEFAULT_CONFIG.to_dict(), **c}) for c in out)
+
+
+def test_cache_round_trip_and_atomic_file(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "tuning.json"
+    config = SSDConfig(out_occupancy=3, out_heads=2)
+    autotune.TuningCache(path).put("k", config, {"tune_s": 1.0})
+    assert autotune.TuningCache(path).get("k") == config
+    assert autotune.TuningCache(path).get("other") is None
+    assert [p.name for p in path.parent.iterdir()] == ["tuning.json"]  # no temp files left
+    assert json.loads(path.read_text())["format"] == autotune.CACHE_FORMAT
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        json.dumps({"format": "someone-else/3", "entries": {}}),
+        json.dumps({"format": autotune.CACHE_FORMAT, "entries": {"k": {"config": {"bad": 1}}}}),
+        json.dumps(
+            {"format": autotune.CACHE_FORMAT, "entries": {"k": {"config": {"out_occupancy": "2"}}}}
+        ),
+        json.dumps([1, 2]),
+    ],
+)
+def test_corrupt_or_foreign_cache_is_reported_and_rebuilt(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "tuning.json"
+    path.write_text(content)
+    with pytest.warns(UserWarning, match="it will be rebuilt"):
+        cache = autotune.TuningCache(path)
+    assert cache.get("k") is None
+    cache.put("k", DEFAULT_CONFIG, {})
+    assert autotune.TuningCache(path).get("k") == DEFAULT_CONFIG
+
+
+def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
+    config, record = autotune.configure({}, "off")
+    assert config == DEFAULT_CONFIG
+    assert record == {"tune": "off", "source": "default", "config": DEFAULT_CONFIG.to_dict()}
+
+
+def test_unknown_policy_is_an_error() -> None:
+    with pytest.raises(ValueError, match="tune policy must be one of"):
+        autotune.configure({}, "sometimes")
+
+
+def test_cached_policy_uses_the_cache_without_tuning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tuning.json"
+    picked = SSDConfig(state_block_n=128)
+    autotune.TuningCache(path).put("key", picked, {})
+    monkeypatch.setattr(autotune, "tuning_key", lambda kwargs: "key")
+    monkeypatch.setattr(autotune, "tune", lambda kwargs: pytest.fail("must not tune"))
+    config, record = autotune.configure({}, "cached", path)
+    assert config == picked and record["source"] == "cache"
+    monkeypatch.setattr(autotune, "tune", lambda kwargs: (SSDConfig(), {"tune_s": 0.5}))
+    config, record = autotune.configure({}, "force", path)
+    assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()

@@ -1,0 +1,45 @@
+"""notebooks/analysis.ipynb runs headless, top to bottom, against a synthetic run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.harness.synthetic import build_run
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "analysis.ipynb"
+
+
+def test_notebook_is_committed_without_outputs() -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+
+
+def test_notebook_runs_against_a_run_and_a_comparison(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nbclient = pytest.importorskip("nbclient", reason="dev extra nbclient is not installed")
+    pytest.importorskip("ipykernel", reason="dev extra ipykernel is not installed")
+    run = build_run(tmp_path, run_id="candidate")
+    baseline = build_run(tmp_path / "baselines", run_id="baseline", jitter=0.01, ci_rel=0.02)
+    monkeypatch.setenv("SSDBENCH_RUN", str(run))
+    monkeypatch.setenv("SSDBENCH_COMPARE", str(baseline))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # jupyter_client starts "python3" kernels with sys.executable, so the kernel runs in this venv.
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=300,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 5  # speedup curves, heatmap, times, roofline, kernel breakdown
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"run candidate from {run}" in text
+    assert "PASS" in text
