@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from tests.harness.synthetic import build_run
+
+nbformat = pytest.importorskip("nbformat", reason="dev extra nbformat is not installed")
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "analysis.ipynb"
 
