@@ -119,16 +119,27 @@ class CheckConfig:
 
 
 @dataclass
+class ShardConfig:
+    """This process's share of the sweep (harness/sharding.py): shard `index` of `count`. Every
+    shard of one sweep must write into the same run, hence an explicit run_id when count > 1."""
+
+    index: int = 0
+    count: int = 1
+
+
+@dataclass
 class BenchConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
     check: CheckConfig = field(default_factory=CheckConfig)
+    shard: ShardConfig = field(default_factory=ShardConfig)
     run_id: str | None = None  # None: a new run named <sweep.name>-<UTC date-time>
     resume: bool = False  # with run_id None: continue the newest run of this same sweep
     results_dir: str = "results"  # runs go to <results_dir>/<gpu-slug>/<run_id>/
     seed: int = 0  # input seed of every point
     device: int = 0  # CUDA device index
+    gpus: int = 1  # > 1: one shard per GPU of this node, in parallel (harness/local_gpus.py)
     tune: Tune = Tune.cached
     triton_autotune: TritonAutotune = TritonAutotune.once
     progress: bool = True
@@ -208,7 +219,27 @@ def validate(cfg: BenchConfig) -> list[Problem]:
         cfg.run_id is None or RUN_ID.fullmatch(cfg.run_id) is not None,
         f"run_id must be letters, digits, '.', '_' or '-', got {cfg.run_id!r}",
     )
+    _check_scale_out(cfg)
     return expand_points(cfg.sweep)
+
+
+def _check_scale_out(cfg: BenchConfig) -> None:
+    """Shards and gpus: every shard of a sweep must land in one run, one process per GPU."""
+    count, index = cfg.shard.count, cfg.shard.index
+    _check(count >= 1, f"shard.count must be >= 1, got {count}")
+    _check(0 <= index < count, f"shard.index must be in [0, shard.count={count}), got {index}")
+    _check(
+        count == 1 or cfg.run_id is not None,
+        "shard.count > 1 needs an explicit run_id, so that every shard writes into the same run",
+    )
+    _check(cfg.gpus >= 1, f"gpus must be >= 1, got {cfg.gpus}")
+    if cfg.gpus > 1:
+        _check(count == 1, "gpus > 1 splits the sweep itself; leave shard.* at their defaults")
+        _check(cfg.device == 0, "gpus > 1 gives each shard its own GPU; leave device at 0")
+        _check(
+            cfg.run_id is not None or not cfg.resume,
+            "gpus > 1 with resume=true needs the run_id of the run to resume",
+        )
 
 
 def _unknown_keys(node: dict, schema: dict, prefix: str = "") -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import re
 import socket
@@ -62,8 +63,20 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_state() -> dict[str, object]:
-    """Commit of the working tree and whether tracked files differ from it."""
+    """Commit of the working tree and whether tracked files differ from it.
+
+    A tree copied to a GPU node without its .git (rsync of a checkout, a batch system's staging)
+    cannot answer; then SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY (0 or 1), set by whoever made the
+    copy, are recorded, with "source" saying so.
+    """
     commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    if commit is None and os.environ.get("SSDBENCH_GIT_COMMIT"):
+        dirty = os.environ.get("SSDBENCH_GIT_DIRTY")
+        return {
+            "commit": os.environ["SSDBENCH_GIT_COMMIT"],
+            "dirty": None if dirty is None else dirty == "1",
+            "source": "SSDBENCH_GIT_COMMIT",
+        }
     status = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 

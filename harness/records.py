@@ -2,24 +2,33 @@
 
 A run directory is results/<gpu-slug>/<run-id>/ holding
 
-    meta.json         {schema_version, run_id, created, env, config, peaks}
+    meta.json         {schema_version, run_id, created, env, config, peaks}, written once
     parts/<point>__<provider>.parquet   the rows of one point x provider (all its modes)
-    results.parquet   every row, consolidated; the meta dict also sits in its key-value
-                      metadata under the key "ssdbench"
+    workers/<worker>.json   one per process that measured into the run (its GPU, shard, clocks)
+    results.parquet   every row, consolidated; the meta dict (plus "workers") also sits in its
+                      key-value metadata under the key "ssdbench"
+    .lock             taken (fcntl) while meta.json is created and while consolidating
 
 Every file is written to a temporary name in the same directory, fsynced and `os.replace`d, so a
 reader (or a resumed sweep) sees a file whole or not at all: an interrupted sweep loses at most the
 point in flight. Part files are authoritative; results.parquet is a convenience copy, rewritten by
-`consolidate`. The columns are those of COLUMNS, documented in docs/architecture.md.
+`consolidate`. Several processes (shards on several GPUs or hosts) may write into one run at
+once: each writes only its own parts and worker file, meta.json is created under the lock by the
+first, and consolidation reads and writes under the lock, so the last one to finish leaves the
+whole table. The columns are those of COLUMNS, documented in docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import re
+import socket
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +40,8 @@ META_KEY = b"ssdbench"
 META_FILE = "meta.json"
 RESULTS_FILE = "results.parquet"
 PARTS_DIR = "parts"
+WORKERS_DIR = "workers"
+LOCK_FILE = ".lock"
 STATUSES = ("ok", "wrong", "error", "unsupported")
 MODES = ("eager", "graph", "kernels")
 
@@ -104,7 +115,8 @@ def to_table(rows: Iterable[Mapping], meta: Mapping | None = None) -> pa.Table:
 def _atomic_write(path: Path, write) -> None:
     """Call write(file) on a temporary sibling of `path`, fsync, and rename it over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Host and pid: writers on several hosts may share the directory (a network file system).
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -113,6 +125,22 @@ def _atomic_write(path: Path, write) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run's exclusive lock (a POSIX lock: it also holds across hosts on NFS).
+
+    POSIX locks belong to the process: never nest this in one process.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK_FILE, "ab") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(f, fcntl.LOCK_UN)
 
 
 def write_meta(run_dir: Path, meta: Mapping) -> None:
@@ -124,6 +152,38 @@ def read_meta(run_dir: Path) -> dict:
     if not path.is_file():
         raise RecordsError(f"{run_dir} is not a run directory (no {META_FILE})")
     return json.loads(path.read_text())
+
+
+def worker_path(run_dir: Path, worker: str) -> Path:
+    return Path(run_dir) / WORKERS_DIR / f"{re.sub(r'[^A-Za-z0-9._-]', '_', worker)}.json"
+
+
+def write_worker(run_dir: Path, record: Mapping) -> None:
+    """Atomically write one worker's record (a dict with at least "worker")."""
+    text = json.dumps(record, indent=2).encode()
+    _atomic_write(worker_path(run_dir, record["worker"]), lambda f: f.write(text))
+
+
+def read_workers(run_dir: Path) -> list[dict]:
+    """Every readable worker record of the run, oldest start first."""
+    found = []
+    for path in sorted((Path(run_dir) / WORKERS_DIR).glob("[!.]*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"skipping unreadable worker record {path.name}: {exc}", stacklevel=2)
+    return sorted(found, key=lambda w: (str(w.get("started", "")), str(w.get("worker", ""))))
+
+
+def run_meta(run_dir: Path) -> dict:
+    """meta.json, with the worker records under "workers" when the run has any."""
+    meta, workers = read_meta(run_dir), read_workers(run_dir)
+    return {**meta, "workers": workers} if workers else meta
+
+
+def gpu_names(table: pd.DataFrame) -> list[str]:
+    """The GPU models that measured the rows; more than one means the numbers do not compare."""
+    return sorted(str(n) for n in table["gpu_name"].dropna().unique())
 
 
 def part_path(run_dir: Path, point: str, provider: str) -> Path:
@@ -177,21 +237,28 @@ def _merged(run_dir: Path) -> pa.Table:
 
 
 def consolidate(run_dir: Path) -> Path:
-    """(Re)write results.parquet from the parts, with the run's meta; returns its path."""
+    """(Re)write results.parquet from the parts, with the run's meta; returns its path.
+
+    Under the run's lock: a writer that read fewer parts cannot replace a fuller table.
+    """
     run_dir = Path(run_dir)
-    table = _merged(run_dir).replace_schema_metadata(
-        {META_KEY: json.dumps(read_meta(run_dir)).encode()}
-    )
     path = run_dir / RESULTS_FILE
-    _atomic_write(path, lambda f: pq.write_table(table, f))
+    with locked(run_dir):
+        table = _merged(run_dir).replace_schema_metadata(
+            {META_KEY: json.dumps(run_meta(run_dir)).encode()}
+        )
+        _atomic_write(path, lambda f: pq.write_table(table, f))
     return path
 
 
 def load_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
-    """(rows, meta) of a run directory (parts merged in) or of a results Parquet file."""
+    """(rows, meta) of a run directory (parts merged in) or of a results Parquet file.
+
+    meta["workers"] lists the processes that measured (gpu_names(rows) tells whether they mixed
+    GPU models)."""
     path = Path(path)
     if path.is_dir():
-        return _merged(path).to_pandas(), read_meta(path)
+        return _merged(path).to_pandas(), run_meta(path)
     if not path.is_file():
         raise RecordsError(f"{path}: no such run directory or Parquet file")
     table = pq.read_table(path)

@@ -1,14 +1,16 @@
 """The sweep loop: every point of a config, every provider, checked and then timed; rows on disk.
 
-Order of work: validate the config and build every point (no GPU touched yet); open the run
-directory (new, or resumed: see `open_run`); measure the GPU's peaks once per run; then for each
-point not yet measured: make its inputs once (fixed seed), check each provider's answer before
-timing it (against the float64 reference, or a peer when the reference would not fit), time the
-providers that answered right in each mode with their repetitions interleaved, and write one part
-file per provider. A wrong answer is recorded as status "wrong" and never timed; an exception
-(including running out of memory) becomes status "error" for that provider, mode or point, and
-the sweep goes on. Only a broken CUDA context (a sticky error such as an illegal address) stops
-it, after recording the culprit, since every later point would fail too: rerun to resume.
+Order of work: validate the config and build every point (no GPU touched yet), keep this shard's
+share (harness/sharding.py; all of them unless shard.count > 1); open the run directory (new, or
+resumed: see `open_run`; shards of one sweep share it) and record this worker in it; measure the
+GPU's peaks once per run; then for each point not yet measured: make its inputs once (fixed seed),
+check each provider's answer before timing it (against the float64 reference, or a peer when the
+reference would not fit), time the providers that answered right in each mode with their repetitions
+interleaved, and write one part file per provider. A wrong answer is recorded as status "wrong" and
+never timed; an exception (including running out of memory) becomes status "error" for that
+provider, mode or point, and the sweep goes on. Only a broken CUDA context (a sticky error such as
+an illegal address) stops it, after recording the culprit, since every later point would fail too:
+rerun to resume.
 
 Device, timer, peaks and environment are injectable so that the whole loop runs on CPU in tests.
 """
@@ -31,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from harness import correctness, environment, providers, records
+from harness import correctness, environment, providers, records, sharding
 from harness.config import BenchConfig, ConfigError, TritonAutotune, validate
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import Problem, flops, min_bytes
@@ -110,6 +112,8 @@ def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> 
     new run <sweep.name>-<UTC yyyymmdd-HHMMSS>. run_id None and resume=true: the newest run there
     with this very sweep section and measurement settings, else a new one. A resumed run must keep
     the MEASUREMENT_KEYS settings (ConfigError otherwise); its points and providers may grow.
+    Shards starting together on one run_id: the first to take the run's lock creates meta.json
+    (with its environment, config and peaks), the others read it; nobody rewrites it.
     """
     root = Path(cfg.results_dir) / environment.gpu_slug(env["gpu"]["name"])
     config = config_dict(cfg)
@@ -119,29 +123,29 @@ def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> 
         run_dir = (_newest_matching(root, config) if cfg.resume else None) or _new_run_dir(
             root, cfg.sweep.name
         )
-    if (run_dir / records.META_FILE).is_file():
+    with records.locked(run_dir):
+        if not (run_dir / records.META_FILE).is_file():
+            meta = {
+                "schema_version": records.SCHEMA_VERSION,
+                "run_id": run_dir.name,
+                "created": environment.now_utc(),
+                "env": env,
+                "config": config,
+                "peaks": measure_peaks(),
+            }
+            records.write_meta(run_dir, meta)
+            return run_dir, meta
         meta = records.read_meta(run_dir)
-        clash = _incompatibility(meta, config)
-        if clash:
-            raise ConfigError(
-                f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
-            )
-        then, now = meta["env"].get("git", {}).get("commit"), env.get("git", {}).get("commit")
-        if then != now:
-            print(
-                f"ssdbench: note: resuming a run begun at commit {then}, now at {now}",
-                file=sys.stderr,
-            )
-        return run_dir, meta
-    meta = {
-        "schema_version": records.SCHEMA_VERSION,
-        "run_id": run_dir.name,
-        "created": environment.now_utc(),
-        "env": env,
-        "config": config,
-        "peaks": measure_peaks(),
-    }
-    records.write_meta(run_dir, meta)
+    clash = _incompatibility(meta, config)
+    if clash:
+        raise ConfigError(
+            f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
+        )
+    then, now = meta["env"].get("git", {}).get("commit"), env.get("git", {}).get("commit")
+    if then != now:
+        print(
+            f"ssdbench: note: resuming a run begun at commit {then}, now at {now}", file=sys.stderr
+        )
     return run_dir, meta
 
 
@@ -159,12 +163,18 @@ def _newest_matching(root: Path, config: dict) -> Path | None:
 
 
 def _new_run_dir(root: Path, name: str) -> Path:
+    """<name>-<UTC date-time>[-n], claimed by creating it: two sweeps started in the same second
+    get two runs."""
     base = f"{name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    root.mkdir(parents=True, exist_ok=True)
     run_dir, n = root / base, 1
-    while run_dir.exists():
-        n += 1
-        run_dir = root / f"{base}-{n}"
-    return run_dir
+    while True:
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            n += 1
+            run_dir = root / f"{base}-{n}"
 
 
 def worker_id() -> str:
@@ -179,7 +189,7 @@ class Sweep:
     """State of one sweep: config, device, timer, peaks and loaded providers."""
 
     def __init__(
-        self, cfg: BenchConfig, device: str, timer: Timer, meta: dict, run_dir: Path
+        self, cfg: BenchConfig, device: str, timer: Timer, meta: dict, run_dir: Path, gpu_name: str
     ) -> None:
         self.cfg = cfg
         self.device = device
@@ -187,7 +197,7 @@ class Sweep:
         self.meta = meta
         self.run_dir = run_dir
         self.on_cuda = device.startswith("cuda")
-        self.gpu_name = meta["env"]["gpu"]["name"]
+        self.gpu_name = gpu_name  # this worker's GPU, not necessarily the one that created the run
         self.worker = worker_id()
         self._loaded: dict[str, Callable | str] = {}
 
@@ -448,7 +458,7 @@ def run(
     device defaults to cuda:<cfg.device>; timer, peaks and env default to the real CUDA timer,
     harness.peaks and harness.environment (tests pass fakes and run on "cpu").
     """
-    problems = validate(cfg)
+    problems = sharding.select(validate(cfg), cfg.shard.index, cfg.shard.count)
     provs = [providers.get(name) for name in cfg.providers.names]
     device = device or f"cuda:{cfg.device}"
     on_cuda = device.startswith("cuda")
@@ -464,14 +474,25 @@ def run(
         return measure_gpu_peaks(device)
 
     run_dir, meta = open_run(cfg, env, measure_peaks)
+    sweep = Sweep(cfg, device, timer or _default_timer(cfg, env), meta, run_dir, env["gpu"]["name"])
+    worker = {
+        "worker": sweep.worker,
+        "shard": {"index": cfg.shard.index, "count": cfg.shard.count},
+        "started": environment.now_utc(),
+        "ended": None,
+        "state": "running",  # stays so if the process is killed
+        "measured": 0,
+        "env": dict(env),
+    }
+    records.write_worker(run_dir, worker)
     done = records.completed_points(run_dir)
     todo = [(p, [v for v in provs if (p.key(), v.name) not in done]) for p in problems]
     todo = [(p, vs) for p, vs in todo if vs]
+    share = f" (shard {cfg.shard.index} of {cfg.shard.count})" if cfg.shard.count > 1 else ""
     print(
-        f"ssdbench: run {run_dir} — {len(todo)} of {len(problems)} points to measure",
+        f"ssdbench: run {run_dir}{share} — {len(todo)} of {len(problems)} points to measure",
         file=sys.stderr,
     )
-    sweep = Sweep(cfg, device, timer or _default_timer(cfg, env), meta, run_dir)
     bar = tqdm(todo, unit="point", disable=not cfg.progress, dynamic_ncols=True)
     try:
         for problem, vs in bar:
@@ -493,12 +514,18 @@ def run(
                 trouble += [f"{mode}: {m.error}" for mode, m in o.measurements.items() if m.error]
                 if trouble:
                     bar.write(f"{problem.key()} {v.name}: {'; '.join(trouble)}")
+            worker["measured"] += 1
+        worker["state"] = "done"
     except KeyboardInterrupt:
+        worker["state"] = "interrupted"
         print(f"ssdbench: interrupted; rerun with run_id={run_dir.name} to resume", file=sys.stderr)
         raise
     finally:
         bar.close()
-        meta["env"]["clocks_end"] = environment.clocks(cfg.device) if on_cuda else None
-        records.write_meta(run_dir, meta)
+        if worker["state"] == "running":
+            worker["state"] = "stopped"  # SweepAborted or another error
+        worker["env"]["clocks_end"] = environment.clocks(cfg.device) if on_cuda else None
+        worker["ended"] = environment.now_utc()
+        records.write_worker(run_dir, worker)
         records.consolidate(run_dir)
     return run_dir

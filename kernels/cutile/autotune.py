@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+from kernels.cutile.config import SSDConfig, default_config
 from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
@@ -119,8 +119,9 @@ class TuningCache:
         os.replace(tmp, self.path)
 
 
-def tune(kwargs: dict, base: SSDConfig = DEFAULT_CONFIG) -> tuple[SSDConfig, dict]:
-    """Search both kernels' knobs on these inputs; returns the best config and the timings."""
+def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
+    """Search both kernels' knobs on these inputs, starting from the untuned defaults; returns
+    the best config and the timings."""
     from cuda.tile.tune import exhaustive_search
 
     from kernels.cutile.chunk_cumsum import chunk_cumsum
@@ -129,6 +130,7 @@ def tune(kwargs: dict, base: SSDConfig = DEFAULT_CONFIG) -> tuple[SSDConfig, dic
 
     x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
+    base = default_config(dstate)
     A, D, dt_bias, init = (
         None if kwargs.get(k) is None else kwargs[k].float()
         for k in ("A", "D", "dt_bias", "initial_states")
@@ -144,7 +146,6 @@ def tune(kwargs: dict, base: SSDConfig = DEFAULT_CONFIG) -> tuple[SSDConfig, dic
         kwargs["dt_limit"],
         base.cumsum_heads,
     )
-    states, final = fwd_pass_state(x, B, dt_out, dA, init, kwargs["return_final_states"], base)
     out = torch.empty_like(x)
 
     def search(start: SSDConfig, candidates: list[dict], launch) -> tuple[SSDConfig, dict]:
@@ -169,12 +170,13 @@ def tune(kwargs: dict, base: SSDConfig = DEFAULT_CONFIG) -> tuple[SSDConfig, dic
     state_best, state_info = search(
         base,
         state_candidates(dstate, chunk_size),
-        lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, states, final, c),
+        lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, c),
     )
+    state_pass = fwd_pass_state(x, B, dt_out, dA, init, state_best)
     best, out_info = search(
         state_best,
         out_candidates(dstate, chunk_size),
-        lambda c: compute_out_launch(x, B, C, states, dt_out, dA, D, kwargs.get("z"), out, c),
+        lambda c: compute_out_launch(x, B, C, state_pass, dt_out, dA, D, kwargs.get("z"), out, c),
     )
     details = {
         "fwd_pass_state": state_info,
@@ -192,11 +194,8 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if policy not in POLICIES:
         raise ValueError(f"tune policy must be one of {POLICIES}, got {policy!r}")
     if policy == "off":
-        return DEFAULT_CONFIG, {
-            "tune": policy,
-            "source": "default",
-            "config": DEFAULT_CONFIG.to_dict(),
-        }
+        config = default_config(kwargs["B"].shape[3])
+        return config, {"tune": policy, "source": "default", "config": config.to_dict()}
     cache = TuningCache(path or cache_path())
     key = tuning_key(kwargs)
     config = cache.get(key) if policy == "cached" else None

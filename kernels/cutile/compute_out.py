@@ -17,6 +17,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -25,12 +26,12 @@ ConstBool = ct.Constant[bool]
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
 
-def _carried_state(
+def _c_times_state(
     C,
     states,
     c_first,
     batch,
-    chunk,
+    slot,
     head,
     row_block,
     group,
@@ -40,7 +41,7 @@ def _carried_state(
     slices: int,
     mma_dtype,
 ):
-    """C[m]·hᵀ for one head, the state loaded transposed as (NS, P) tiles."""
+    """C[m]·hᵀ for one head with h = states[batch, slot, head], loaded as (NS, P) tiles."""
     acc = ct.zeros((TM, P), dtype=ct.float32)
     for s in range(slices):
         c_s = c_first
@@ -57,12 +58,58 @@ def _carried_state(
             )
         state_t = ct.load(
             states,
-            index=(batch, chunk, head, s, 0),
+            index=(batch, slot, head, s, 0),
             shape=(1, 1, 1, NS, P),
             order=(0, 1, 2, 4, 3),
             padding_mode=ct.PaddingMode.ZERO,
         )
         acc = ct.mma(c_s, state_t.reshape((NS, P)).astype(mma_dtype), acc)
+    return acc
+
+
+def _carried_state(
+    C,
+    states,
+    seg_start,
+    seg_decay,
+    c_first,
+    batch,
+    chunk,
+    head,
+    row_block,
+    group,
+    seg_len,
+    TM: int,
+    P: int,
+    NS: int,
+    slices: int,
+    mma_dtype,
+    SEGMENTED: bool,
+):
+    """C[m]·h(chunk)ᵀ for one head; with segments, h = h_local + exp(decay since the segment's
+    start)·H_segment (see fwd_pass_state)."""
+    acc = _c_times_state(
+        C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
+    )
+    if SEGMENTED:
+        seg = chunk // seg_len
+        if seg > 0:
+            scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1))
+            acc = acc + scale.reshape((1, 1)) * _c_times_state(
+                C,
+                seg_start,
+                c_first,
+                batch,
+                seg,
+                head,
+                row_block,
+                group,
+                TM,
+                P,
+                NS,
+                slices,
+                mma_dtype,
+            )
     return acc
 
 
@@ -129,13 +176,16 @@ def compute_out_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
-    states,  # (b, nchunks, h, p, n): state entering each chunk
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
+    seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
     dt_out,  # (b, h, nchunks, Q) float32
     dA_cumsum,  # (b, h, nchunks, Q) float32
     D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
     z,  # (b, l, h, p) (unused unless HAS_Z)
     out,  # (b, l, h, p)
     heads_per_group: int,
+    seg_len: int,
     Q: ConstInt,
     P: ConstInt,
     N: ConstInt,
@@ -145,6 +195,7 @@ def compute_out_kernel(
     HB: ConstInt,
     D_MODE: ConstInt,
     HAS_Z: ConstBool,
+    SEGMENTED: ConstBool,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -167,7 +218,23 @@ def compute_out_kernel(
     )
     acc0 = (
         _carried_state(
-            C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
+            C,
+            states,
+            seg_start,
+            seg_decay,
+            c_first,
+            batch,
+            chunk,
+            head,
+            row_block,
+            group,
+            seg_len,
+            TM,
+            P,
+            NS,
+            slices,
+            mma_dtype,
+            SEGMENTED,
         )
         * ct.exp(dA_m0)[:, None]
     )
@@ -181,17 +248,21 @@ def compute_out_kernel(
             _carried_state(
                 C,
                 states,
+                seg_start,
+                seg_decay,
                 c_first,
                 batch,
                 chunk,
                 head + 1,
                 row_block,
                 group,
+                seg_len,
                 TM,
                 P,
                 NS,
                 slices,
                 mma_dtype,
+                SEGMENTED,
             )
             * ct.exp(dA_m1)[:, None]
         )
@@ -270,7 +341,7 @@ def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
-    states: torch.Tensor,
+    state_pass: StatePass,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     D: torch.Tensor | None,
@@ -279,7 +350,9 @@ def compute_out(
 ) -> torch.Tensor:
     """Launch compute_out; returns out (b, l, h, p) in x's dtype."""
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    grid, kernel, args = compute_out_launch(x, B, C, states, dt_out, dA_cumsum, D, z, out, config)
+    grid, kernel, args = compute_out_launch(
+        x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
+    )
     ct.launch(torch.cuda.current_stream(), grid, kernel, args)
     return out
 
@@ -288,7 +361,7 @@ def compute_out_launch(
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
-    states: torch.Tensor,
+    state_pass: StatePass,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     D: torch.Tensor | None,
@@ -311,8 +384,14 @@ def compute_out_launch(
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
+    sp = state_pass
+    segmented = sp.segments > 1
+    unused = torch.empty(1, 1, 1, device=x.device)
     args = (
-        x, B, C, states, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, chunk_size,
-        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
+        x, B, C, sp.states,
+        sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
+        sp.seg_decay if segmented else torch.empty_like(unused),
+        dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
+        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented,
     )  # fmt: skip
     return grid, kernel, args

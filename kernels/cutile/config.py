@@ -6,7 +6,7 @@ result. Sizes larger than a problem's dimension are clamped by the host wrappers
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,8 @@ class SSDConfig:
     state_block_n: int = 64
     state_block_q: int = 64
     state_occupancy: int = 0
+    # fwd_pass_state: runs of chunks walked in parallel (0 = enough to fill the GPU).
+    state_segments: int = 0
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -41,6 +43,19 @@ class SSDConfig:
 
 
 DEFAULT_CONFIG = SSDConfig()
+
+
+def default_config(dstate: int) -> SSDConfig:
+    """The untuned launch configuration for a state size.
+
+    Picked from a tuning pass on the H200 (docs/performance.md): two CTAs per SM for the state
+    walk; for compute_out three CTAs per SM up to dstate 128, and from 256 on two, with two heads
+    sharing each C·Bᵀ tile (it then costs four times the x product).
+    """
+    if dstate > 128:
+        return replace(DEFAULT_CONFIG, state_occupancy=2, out_occupancy=2, out_heads=2)
+    return replace(DEFAULT_CONFIG, state_occupancy=2, out_occupancy=3)
+
 
 _HINTED: dict[tuple[int, int], object] = {}
 

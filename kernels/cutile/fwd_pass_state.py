@@ -1,13 +1,23 @@
 """fwd_pass_state: each chunk's state contribution and the state jump across chunks, fused.
 
-One CTA owns a (headdim × NB) slice of one head's state and walks the chunks in order:
+One CTA owns a (headdim × NB) slice of one head's state and walks a run of chunks in order:
 h_next = exp(dA_last)·h + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt). The decayed state is the initial
 accumulator of the tensor-core mma, so the jump costs no extra pass. Only the state entering each
 chunk is written (in the input dtype, as Triton does); the fp32 per-chunk contributions never
 round-trip through global memory.
+
+A walk over every chunk of a long sequence leaves most SMs idle when heads × state blocks are
+few, so the chunks are split into `segments` runs walked in parallel, each from a zero state
+(segment 0 from the initial states). The states written are then local to their segment; the
+true state entering chunk c of segment s is h_local(c) + exp(decay from the segment's start to c)
+· H_s, with H_s the true state at the segment's start. segment_scan computes H_s and the final
+state; compute_out adds the H_s term. Each CTA records its segment's end state and decay for that.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
@@ -26,33 +36,44 @@ def fwd_pass_state_kernel(
     dt_out,  # (b, h, nchunks, Q) float32
     dA_cumsum,  # (b, h, nchunks, Q) float32
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
-    states,  # (b, nchunks, h, p, n): state entering each chunk
-    final_states,  # (b, h, p, n) float32 (unused unless RETURN_FINAL)
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk
+    seg_total,  # (b, h, S) float32: each segment's total log decay (unused unless SEGMENTED)
+    seg_decay,  # (b, h, nchunks) float32: exp(log decay from segment start to chunk start)
     nchunks: int,
     heads_per_group: int,
+    segments: int,
+    seg_len: int,
     Q: ConstInt,
     P: ConstInt,
     NB: ConstInt,
     TQ: ConstInt,
     HAS_INIT: ConstBool,
-    RETURN_FINAL: ConstBool,
+    SEGMENTED: ConstBool,
 ):
     nblock = ct.bid(0)
     head = ct.bid(1)
-    batch = ct.bid(2)
+    batch = ct.bid(2) // segments
+    seg = ct.bid(2) % segments
     group = head // heads_per_group
     zero = ct.PaddingMode.ZERO
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
     steps = Q // TQ
+    first = seg * seg_len
+    last = min(first + seg_len, nchunks)
 
+    state = ct.zeros((P, NB), dtype=ct.float32)
     if HAS_INIT:
-        state = ct.load(
-            initial_states, index=(batch, head, 0, nblock), shape=(1, 1, P, NB), padding_mode=zero
-        ).reshape((P, NB))
-    else:
-        state = ct.zeros((P, NB), dtype=ct.float32)
+        if seg == 0:
+            state = ct.load(
+                initial_states,
+                index=(batch, head, 0, nblock),
+                shape=(1, 1, P, NB),
+                padding_mode=zero,
+            ).reshape((P, NB))
+    log_decay = ct.zeros((1,), dtype=ct.float32)
 
-    for chunk in range(nchunks):
+    for chunk in range(first, last):
         ct.store(
             states,
             index=(batch, chunk, head, 0, nblock),
@@ -61,6 +82,12 @@ def fwd_pass_state_kernel(
         dA_last = ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape(
             (1,)
         )
+        if SEGMENTED:
+            if nblock == 0:
+                ct.store(
+                    seg_decay, index=(batch, head, chunk), tile=ct.exp(log_decay).reshape((1, 1, 1))
+                )
+            log_decay = log_decay + dA_last
         acc = state * ct.exp(dA_last)
         for step in range(steps):
             dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape(
@@ -91,8 +118,22 @@ def fwd_pass_state_kernel(
             acc = ct.mma(xt.astype(mma_dtype), b_weighted, acc)
         state = acc
 
-    if RETURN_FINAL:
-        ct.store(final_states, index=(batch, head, 0, nblock), tile=state.reshape((1, 1, P, NB)))
+    ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=state.reshape((1, 1, 1, P, NB)))
+    if SEGMENTED:
+        if nblock == 0:
+            ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
+
+
+@dataclass(frozen=True)
+class StatePass:
+    """What fwd_pass_state leaves for compute_out (and the final states)."""
+
+    states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment
+    final: torch.Tensor  # (b, h, p, n) float32
+    segments: int
+    seg_len: int  # chunks per segment (the last one may be shorter)
+    seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
+    seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
 
 
 def fwd_pass_state(
@@ -101,28 +142,19 @@ def fwd_pass_state(
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None,
-    return_final_states: bool,
     config: SSDConfig = DEFAULT_CONFIG,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch fwd_pass_state; returns (states entering each chunk, final states or None).
+) -> StatePass:
+    """Launch fwd_pass_state (and segment_scan when the chunks are split into segments)."""
+    from kernels.cutile.segment_scan import segment_scan
 
-    states is (b, nchunks, h, p, n) in x's dtype (float32 for float32 inputs); final fp32.
-    """
-    batch, _, nheads, headdim = x.shape
-    dstate = B.shape[3]
-    nchunks = dA_cumsum.shape[2]
-    device = x.device
-    states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
-    final = (
-        torch.empty(batch, nheads, headdim, dstate, device=device, dtype=torch.float32)
-        if return_final_states
-        else None
-    )
-    grid, kernel, args = fwd_pass_state_launch(
-        x, B, dt_out, dA_cumsum, initial_states, states, final, config
-    )
+    grid, kernel, args = fwd_pass_state_launch(x, B, dt_out, dA_cumsum, initial_states, config)
     ct.launch(torch.cuda.current_stream(), grid, kernel, args)
-    return states, final
+    states, seg_end, seg_total, seg_decay = args[5:9]
+    segments, seg_len = args[11:13]
+    if segments == 1:
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
+    seg_start, final = segment_scan(seg_end, seg_total, states.dtype)
+    return StatePass(states, final, segments, seg_len, seg_start, seg_decay)
 
 
 def fwd_pass_state_launch(
@@ -131,25 +163,52 @@ def fwd_pass_state_launch(
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None,
-    states: torch.Tensor,
-    final: torch.Tensor | None,
     config: SSDConfig,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner."""
+    """(grid, kernel, arguments) of one launch, outputs allocated: shared with the autotuner."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
-    unused = torch.empty(1, 1, 1, 1, device=x.device)
     nb = min(config.state_block_n, pow2_tile(dstate))
     tq = min(config.state_block_q, chunk_size)
-    grid = (-(-dstate // nb), nheads, batch)
+    nblocks = -(-dstate // nb)
+    segments, seg_len = _segments(
+        config.state_segments, nchunks, batch * nheads * nblocks, x.device
+    )
+    device, f32 = x.device, torch.float32
+    states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
+    seg_end = torch.empty(batch, segments, nheads, headdim, dstate, device=device, dtype=f32)
+    shape_total, shape_decay = (
+        ((batch, nheads, segments), (batch, nheads, nchunks))
+        if segments > 1
+        else ((1, 1, 1), (1, 1, 1))
+    )
+    unused = torch.empty(1, 1, 1, 1, device=device)
+    grid = (nblocks, nheads, batch * segments)
     kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, dt_out, dA_cumsum,
         initial_states if initial_states is not None else unused,
-        states,
-        final if final is not None else torch.empty_like(unused),
-        nchunks, nheads // ngroups, chunk_size, pow2_tile(headdim), nb, tq,
-        initial_states is not None, final is not None,
+        states, seg_end,
+        torch.empty(shape_total, device=device, dtype=f32),
+        torch.empty(shape_decay, device=device, dtype=f32),
+        nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq,
+        initial_states is not None, segments > 1,
     )  # fmt: skip
     return grid, kernel, args
+
+
+def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) -> tuple[int, int]:
+    """(segments, chunks per segment). 0 asks for enough walkers to fill every SM about 4 times,
+    with at least 4 chunks per segment so the H_s correction stays a small share of the work."""
+    if requested:
+        wanted = requested
+    else:
+        wanted = min(-(-4 * _sm_count(device) // walkers), nchunks // 4)
+    seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
+    return -(-nchunks // seg_len), seg_len
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count

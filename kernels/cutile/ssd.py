@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+from kernels.cutile.config import SSDConfig, default_config
 
 MATMUL_POLICY = "operands in input dtype (tf32 for float32), fp32 accumulate"
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -52,7 +52,8 @@ def ssd_forward(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Mamba-2 SSD forward with cuTile; returns out, or (out, final_states) when asked.
 
-    `config` picks tile sizes and occupancy (kernels/cutile/config.py); None takes the defaults.
+    `config` picks tile sizes and occupancy (kernels/cutile/config.py); None takes
+    `default_config(dstate)`.
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
@@ -63,15 +64,13 @@ def ssd_forward(
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
-    config = config or DEFAULT_CONFIG
+    config = config or default_config(B.shape[3])
     dt_out, dA_cumsum = chunk_cumsum(
         dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
     )
-    states, final = fwd_pass_state(
-        x, B, dt_out, dA_cumsum, initial_states, return_final_states, config
-    )
-    out = compute_out(x, B, C, states, dt_out, dA_cumsum, D, z, config)
-    return (out, final) if return_final_states else out
+    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
+    out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
+    return (out, state_pass.final) if return_final_states else out
 
 
 def _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states) -> None:

@@ -26,6 +26,14 @@ def test_git_state_reads_commit_and_dirty_flag(monkeypatch: pytest.MonkeyPatch) 
     assert environment.git_state() == {"commit": "0123abc", "dirty": True}
 
 
+def test_git_state_from_the_environment_without_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: None)
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "feedbeef")
+    monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "0")
+    state = environment.git_state()
+    assert state == {"commit": "feedbeef", "dirty": False, "source": "SSDBENCH_GIT_COMMIT"}
+
+
 def test_missing_command_is_none() -> None:
     assert environment._run(["ssdbench-no-such-command-xyz"]) is None
 

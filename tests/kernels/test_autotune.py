@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernels.cutile import autotune
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, default_config
 
 
 def test_candidates_respect_problem_sizes() -> None:
@@ -52,9 +53,10 @@ def test_corrupt_or_foreign_cache_is_reported_and_rebuilt(tmp_path: Path, conten
 
 
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
-    config, record = autotune.configure({}, "off")
-    assert config == DEFAULT_CONFIG
-    assert record == {"tune": "off", "source": "default", "config": DEFAULT_CONFIG.to_dict()}
+    B = torch.empty(1, 8, 1, 256)
+    config, record = autotune.configure({"B": B}, "off")
+    assert config == default_config(256) and config.out_heads == 2
+    assert record == {"tune": "off", "source": "default", "config": config.to_dict()}
 
 
 def test_unknown_policy_is_an_error() -> None:

@@ -22,12 +22,13 @@ from cuda.tile.compilation import (  # noqa: E402
 
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel  # noqa: E402
 from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel  # noqa: E402
-from kernels.cutile.config import SSDConfig  # noqa: E402
+from kernels.cutile.config import SSDConfig, default_config, with_occupancy  # noqa: E402
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel  # noqa: E402
+from kernels.cutile.segment_scan import segment_scan_kernel  # noqa: E402
 
 DTYPES = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16}
 ARCHS = ("sm_90", "sm_100")
-CONFIG = SSDConfig()  # the default launch configuration
+CONFIG = SSDConfig()  # tile sizes are the same in every default_config
 
 
 def array(dtype, ndim: int) -> ArrayConstraint:
@@ -65,64 +66,68 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
     )
 
 
-def state_signature(dtype: str, headdim: int, init: bool, final: bool) -> KernelSignature:
+def state_signature(dtype: str, headdim: int, init: bool, segmented: bool) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
-    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 4)]
-    scalars = [ScalarConstraint(ct.int32)] * 2
-    constants = [256, headdim, CONFIG.state_block_n, CONFIG.state_block_q, init, final]
+    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
+    arrays += [array(f32, 3)] * 2
+    scalars = [ScalarConstraint(ct.int32)] * 4
+    constants = [256, headdim, CONFIG.state_block_n, CONFIG.state_block_q, init, segmented]
     return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
-def out_signature(
-    dtype: str, headdim: int, dstate: int, d_mode: int, has_z: bool, heads: int = 1
-) -> KernelSignature:
+def scan_signature(dtype: str, headdim: int) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
-    d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
-    arrays = [array(t, 4)] * 3 + [array(t, 5), array(f32, 4), array(f32, 4), array(f32, d_ndim)]
-    arrays += [array(t, 4)] * 2
-    constants = [
-        256,
-        headdim,
-        dstate,
-        min(CONFIG.out_slice_n, dstate),
-        CONFIG.out_block_m,
-        CONFIG.out_block_k,
-        heads,
-        d_mode,
-        has_z,
-    ]
+    arrays = [array(f32, 5), array(f32, 3), array(t, 5), array(f32, 4)]
+    constants = [headdim, 64]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] + constants, CallingConvention.cutile_python_v2()
     )
 
 
+def out_signature(
+    dtype: str,
+    headdim: int,
+    dstate: int,
+    d_mode: int,
+    has_z: bool,
+    heads: int = 1,
+    segmented: bool = False,
+) -> KernelSignature:
+    t, f32 = DTYPES[dtype], ct.float32
+    d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
+    arrays = [array(t, 4)] * 3 + [array(t, 5), array(t, 5), array(f32, 3)]
+    arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
+    slice_n = min(CONFIG.out_slice_n, dstate)
+    constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
+    constants += [d_mode, has_z, segmented]
+    return KernelSignature(
+        arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
+    )
+
+
+def default_sweep_out(dstate: int, segmented: bool):
+    """compute_out as the default sweep launches it at this dstate, occupancy hint included."""
+    cfg = default_config(dstate)
+    kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
+    signature = out_signature("bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented)
+    return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}-seg{int(segmented)}")
+
+
+STATE_DEFAULT = with_occupancy(fwd_pass_state_kernel, default_config(128).state_occupancy)
 CASES = [
     pytest.param(chunk_cumsum_kernel, cumsum_signature("bfloat16", True, True), id="cumsum"),
-    pytest.param(
-        fwd_pass_state_kernel, state_signature("bfloat16", 64, False, False), id="state-bf16"
-    ),
+    pytest.param(STATE_DEFAULT, state_signature("bfloat16", 64, False, True), id="state-bf16"),
     pytest.param(
         fwd_pass_state_kernel,
-        state_signature("float32", 64, True, True),
-        id="state-fp32-init-final",
+        state_signature("float32", 64, True, False),
+        id="state-fp32-init-one-segment",
     ),
-    *[
-        pytest.param(
-            compute_out_kernel,
-            out_signature("bfloat16", 64, n, D_PER_HEAD, False),
-            id=f"out-bf16-N{n}",
-        )
-        for n in (64, 128, 256)
-    ],
+    pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
+    *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],
     pytest.param(
         compute_out_kernel,
         out_signature("float16", 128, 128, D_PER_HEAD_DIM, True),
         id="out-fp16-Dhp-z",
-    ),
-    pytest.param(
-        compute_out_kernel,
-        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, heads=2),
-        id="out-bf16-N256-two-heads",
     ),
     pytest.param(
         compute_out_kernel, out_signature("float32", 32, 16, D_PER_HEAD, True), id="out-fp32-z"

@@ -7,6 +7,7 @@ Run on a GPU node: `pytest -m gpu tests/kernels/test_cutile_gpu.py`. Every case 
 
 from __future__ import annotations
 
+import functools
 import os
 import zlib
 from dataclasses import replace
@@ -17,6 +18,7 @@ import torch
 from harness.correctness import TOLERANCE, passes, poison_cuda_allocator, relative_error
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import Problem
+from kernels.cutile.config import SSDConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -82,12 +84,12 @@ def _run(fn, inputs: SSDInputs):
     return result if isinstance(result, tuple) else (result, None)
 
 
-def _check(name: str, problem: Problem, inputs: SSDInputs) -> None:
+def _check(name: str, problem: Problem, inputs: SSDInputs, config: SSDConfig | None = None) -> None:
     from kernels.cutile.ssd import ssd_forward as cutile_forward
     from kernels.reference import ssd_forward as reference_forward
     from kernels.triton_ssd import ssd_forward as triton_forward
 
-    out, final = _run(cutile_forward, inputs)
+    out, final = _run(functools.partial(cutile_forward, config=config), inputs)
     ref_out, ref_final = _run(reference_forward, inputs)
     err = relative_error(out, ref_out)
     print(f"[cutile-vs-float64] {name} dtype={problem.dtype} out={err:.3e}", end="")
@@ -108,6 +110,24 @@ def _check(name: str, problem: Problem, inputs: SSDInputs) -> None:
 def test_matches_reference(name: str) -> None:
     problem = replace(BASE, **CASES[name])
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"))
+
+
+# Launch configurations the autotuner may pick, beyond the defaults the cases above use: forced
+# segments (with initial states and a ragged tail), two heads per CTA with narrow state slices,
+# one unsplit walk with whole-chunk steps.
+CONFIGS = {
+    "three-segments": SSDConfig(state_segments=3),
+    "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
+    "one-segment-wide": SSDConfig(state_segments=1, state_block_q=256, state_block_n=128),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_launch_configurations(name: str) -> None:
+    problem = replace(
+        BASE, seqlen=1000, chunk_size=64, nheads=8, ngroups=2, dstate=128, has_initial_states=True
+    )
+    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
 
 
 def test_strided_slices_of_one_buffer() -> None:

@@ -1,0 +1,63 @@
+"""segment_scan: the true state at the start of each segment of chunks, and the final state.
+
+fwd_pass_state walks segments of chunks in parallel, each from a zero state; here, per head and
+state block, H_0 = 0 (segment 0 already started from the initial states) and
+H_{s+1} = exp(total decay of segment s)·H_s + local end state of segment s; the last H is the
+final state. A handful of element-wise steps on (headdim × NB) tiles.
+"""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.tiles import pow2_tile
+
+ConstInt = ct.Constant[int]
+
+
+@ct.kernel
+def segment_scan_kernel(
+    seg_end,  # (b, S, h, p, n) float32
+    seg_total,  # (b, h, S) float32: log decay over each segment
+    seg_start,  # (b, S, h, p, n): true state at each segment's start
+    final,  # (b, h, p, n) float32
+    segments: int,
+    P: ConstInt,
+    NB: ConstInt,
+):
+    nblock = ct.bid(0)
+    head = ct.bid(1)
+    batch = ct.bid(2)
+    zero = ct.PaddingMode.ZERO
+    state = ct.zeros((P, NB), dtype=ct.float32)
+    for seg in range(segments):
+        ct.store(
+            seg_start,
+            index=(batch, seg, head, 0, nblock),
+            tile=state.reshape((1, 1, 1, P, NB)).astype(seg_start.dtype),
+        )
+        decay = ct.load(seg_total, index=(batch, head, seg), shape=(1, 1, 1)).reshape((1, 1))
+        local = ct.load(
+            seg_end, index=(batch, seg, head, 0, nblock), shape=(1, 1, 1, P, NB), padding_mode=zero
+        ).reshape((P, NB))
+        state = ct.exp(decay) * state + local
+    ct.store(final, index=(batch, head, 0, nblock), tile=state.reshape((1, 1, P, NB)))
+
+
+def segment_scan(
+    seg_end: torch.Tensor, seg_total: torch.Tensor, dtype: torch.dtype, block_n: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch segment_scan; returns (state at each segment's start in `dtype`, final fp32)."""
+    batch, segments, nheads, headdim, dstate = seg_end.shape
+    seg_start = torch.empty(seg_end.shape, device=seg_end.device, dtype=dtype)
+    final = torch.empty(batch, nheads, headdim, dstate, device=seg_end.device, dtype=torch.float32)
+    nb = min(block_n, pow2_tile(dstate))
+    grid = (-(-dstate // nb), nheads, batch)
+    ct.launch(
+        torch.cuda.current_stream(),
+        grid,
+        segment_scan_kernel,
+        (seg_end, seg_total, seg_start, final, segments, pow2_tile(headdim), nb),
+    )
+    return seg_start, final
