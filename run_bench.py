@@ -4,20 +4,27 @@ mamba_ssm Triton side by side, into results/<gpu-slug>/<run-id>/ (see conf/confi
     python run_bench.py [sweep=default|paper|models|smoke] [timing=default|quick|thorough]
                         [providers=all|triton|cutile|with_reference] [key=value ...]
     python run_bench.py -m sweep.seqlen=1024,4096      # Hydra multirun: one run per job
+    python run_bench.py sweep=default gpus=4           # one sweep over 4 GPUs of this node
+    python run_bench.py -m hydra/launcher=ssdbench_slurm hydra.launcher.partition=gpu
+                        run_id=big shard.count=8 'shard.index=range(8)'  # 8 SLURM jobs, one sweep
 
-Before any GPU work (and before importing torch) it checks that a CUDA GPU exists, then composes
-and validates every job's config; both failures are one line on stderr and a non-zero exit.
+Before any GPU work (and before importing torch) it checks that a CUDA GPU exists (not with a
+hydra/launcher=..., whose jobs check on their own nodes), then composes and validates every job's
+config; both failures are one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from harness.config import BenchConfig
 
 NO_GPU = (
     "ssdbench: no CUDA GPU found; run_bench.py measures on a GPU. "
@@ -46,21 +53,71 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _duration(seconds: float) -> str:
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m{s:02d}s" if hours else f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
+
+
 def _task(cfg: DictConfig) -> None:
-    """One Hydra job: build the config object and run the sweep."""
-    if cuda_device_count() == 0:  # jobs of a remote launcher land here without the early check
+    """One Hydra job: build the config object and run the sweep (its shards, with gpus > 1)."""
+    start = time.monotonic()
+    count = cuda_device_count()
+    if count == 0:  # jobs of a remote launcher land here without the early check
         _fail(NO_GPU, 1)
-    from harness import config, runner
+    from harness import config
 
     try:
-        run_dir = runner.run(config.to_bench(cfg))
+        bench = config.to_bench(cfg)
+        run_dirs, failure = _spread(bench, count) if bench.gpus > 1 else ([_sweep(bench)], "")
     except config.ConfigError as exc:
         _fail(f"ssdbench: config error: {exc}", 2)
-    except runner.SweepAborted as exc:
-        _fail(f"ssdbench: stopped: {exc}", 3)
     except KeyboardInterrupt:
         _fail("ssdbench: interrupted", 130)
-    print(f"ssdbench: results in {run_dir}", file=sys.stderr)
+    where = ", ".join(str(d) for d in run_dirs) or "no run directory"
+    print(
+        f"ssdbench: results in {where}; wall time {_duration(time.monotonic() - start)}",
+        file=sys.stderr,
+    )
+    if failure:
+        _fail(failure, 3)
+
+
+def _sweep(bench: BenchConfig) -> Path:
+    """The sweep (or one shard of it) on this process's GPU."""
+    from harness import runner
+
+    try:
+        return runner.run(bench)
+    except runner.SweepAborted as exc:
+        _fail(f"ssdbench: stopped: {exc}", 3)
+
+
+def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
+    """The sweep as one shard per GPU of this node, in parallel (harness/local_gpus.py): the run
+    directories written and a failure line ("" when every shard finished)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from harness import local_gpus
+
+    hydra_cfg = HydraConfig.get()
+    log_dir = Path(hydra_cfg.runtime.output_dir) / "gpus"
+    outcome = local_gpus.launch(
+        bench, list(hydra_cfg.overrides.task), log_dir, device_count, Path(__file__).resolve()
+    )
+    if len(outcome.run_dirs) > 1:
+        print(
+            "ssdbench: warning: this node's GPUs are of different models; each model's shards "
+            f"wrote a run of their own, every one with holes: {outcome.run_dirs}",
+            file=sys.stderr,
+        )
+    failure = ""
+    if outcome.failed:
+        failure = (
+            f"ssdbench: {len(outcome.failed)} of {bench.gpus} shards failed (logs in {log_dir}); "
+            f"rerun the command with run_id={outcome.run_id} to measure what they left"
+        )
+    return outcome.run_dirs, failure
 
 
 def main(args: list[str]) -> None:

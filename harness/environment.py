@@ -131,9 +131,11 @@ def gpu_info(index: int | None) -> dict[str, object]:
     import torch
 
     props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)  # tells GPUs of one model apart (shards on one node)
     return {
         "name": props.name,
         "index": index,
+        "uuid": str(uuid) if uuid is not None else None,
         "count": torch.cuda.device_count(),
         "sm_count": props.multi_processor_count,
         "l2_bytes": getattr(props, "L2_cache_size", None),
@@ -152,6 +154,7 @@ def capture(index: int | None) -> dict[str, object]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "gpu": gpu_info(index),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "driver": driver_version() if index is not None else None,
         "cuda": torch.version.cuda,
         "clocks_start": clocks(index),

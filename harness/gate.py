@@ -24,8 +24,9 @@ Floor (--floor X): a candidate point fails when its whole speedup interval lies 
 (hi < X); a point estimate below X with hi >= X is flagged "near" without failing.
 
 Exit status: 0 pass; 1 regression (slower, broken, below floor); 2 unusable input (missing or
-unreadable file, foreign Parquet, schema mismatch, different GPUs, required points missing, no
-comparable points), with a one-line message on stderr.
+unreadable file, foreign Parquet, schema mismatch, different GPUs (between the runs, or within one
+run whose rows name several GPU models), required points missing, no comparable points), with a
+one-line message on stderr. --allow-different-gpus lets both kinds of GPU difference through.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Run:
 
     @property
     def gpus(self) -> list[str]:
-        return sorted(str(n) for n in self.table["gpu_name"].dropna().unique())
+        return records.gpu_names(self.table)
 
     def describe(self) -> dict:
         env = dict(markdown.flatten(self.meta.get("env", {})))
@@ -245,6 +246,12 @@ def run_gate(
 ) -> Outcome:
     """Compare two loaded runs; GateInputError for what makes them incomparable."""
     notes = []
+    for run in (baseline, candidate):
+        if len(run.gpus) > 1:
+            mixed = f"{run.label} {run.path} mixes GPUs ({', '.join(run.gpus)})"
+            if not allow_different_gpus:
+                raise GateInputError(f"{mixed}; pass --allow-different-gpus to compare anyway")
+            notes.append(f"Mixed GPUs allowed: {mixed}.")
     if baseline.gpus != candidate.gpus:
         pair = f"baseline {', '.join(baseline.gpus)} vs candidate {', '.join(candidate.gpus)}"
         if not allow_different_gpus:

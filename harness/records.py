@@ -131,12 +131,19 @@ def _atomic_write(path: Path, write) -> None:
 def locked(run_dir: Path) -> Iterator[None]:
     """Hold the run's exclusive lock (a POSIX lock: it also holds across hosts on NFS).
 
-    POSIX locks belong to the process: never nest this in one process.
+    POSIX locks belong to the process: never nest this in one process. On a file system without
+    locks (some parallel file systems) it warns and goes on unlocked: parts stay complete, only
+    meta.json or results.parquet may then be written by two processes at once.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / LOCK_FILE, "ab") as f:
-        fcntl.lockf(f, fcntl.LOCK_EX)
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX)
+        except OSError as exc:
+            warnings.warn(f"cannot lock {f.name} ({exc}); going on unlocked", stacklevel=3)
+            yield
+            return
         try:
             yield
         finally:

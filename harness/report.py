@@ -34,8 +34,7 @@ def latest_run(results: Path) -> Path:
 
 def gpu_title(df: pd.DataFrame) -> str:
     """GPU name(s) that measured the rows, for figure titles."""
-    names = sorted(str(n) for n in df["gpu_name"].dropna().unique())
-    return ", ".join(names)
+    return ", ".join(records.gpu_names(df))
 
 
 def modes_of(df: pd.DataFrame) -> list[str]:
@@ -74,7 +73,42 @@ def environment_section(df: pd.DataFrame, meta: dict) -> str:
     rows += [("GPU (rows)", gpu_title(df))]
     rows += markdown.flatten(meta.get("env", {}), "env")
     rows += markdown.flatten(meta.get("peaks", {}), "peaks")
-    return "## Environment\n\n" + markdown.table(("item", "value"), rows)
+    text = "## Environment\n\n"
+    gpus = records.gpu_names(df)
+    if len(gpus) > 1:
+        text += (
+            f"> **Warning: the rows were measured on {len(gpus)} GPU models ({', '.join(gpus)}); "
+            "their times do not compare with each other.**\n\n"
+        )
+    text += markdown.table(("item", "value"), rows)
+    workers = meta.get("workers", [])
+    if workers:
+        text += "\n\n" + workers_table(workers)
+    return text
+
+
+def workers_table(workers: list[dict]) -> str:
+    """The processes that measured the run (shards on several GPUs or SLURM jobs): which GPU each
+    used, how far it got."""
+    rows = []
+    for w in workers:
+        env, shard = w.get("env", {}), w.get("shard", {})
+        gpu = env.get("gpu", {})
+        rows.append(
+            (
+                w.get("worker", ""),
+                f"{shard.get('index', 0)} of {shard.get('count', 1)}",
+                gpu.get("name", ""),
+                gpu.get("uuid") or "",
+                env.get("hostname", ""),
+                env.get("cuda_visible_devices") or "",
+                w.get("state", ""),
+                w.get("measured", ""),
+            )
+        )
+    header = ("worker", "shard", "GPU", "GPU uuid", "host", "CUDA_VISIBLE_DEVICES", "state",
+              "points measured")  # fmt: skip
+    return markdown.table(header, rows)
 
 
 def speedup_section(df: pd.DataFrame, baseline: str, candidate: str) -> str:
