@@ -46,14 +46,22 @@ DEFAULT_CONFIG = SSDConfig()
 
 
 def default_config(dstate: int) -> SSDConfig:
-    """The untuned launch configuration for a state size.
+    """The untuned launch configuration for a state size (docs/performance.md has the evidence).
 
-    Picked from a tuning pass on the H200 (docs/performance.md): two CTAs per SM for the state
-    walk; for compute_out three CTAs per SM up to dstate 128, and from 256 on two, with two heads
-    sharing each C·Bᵀ tile (it then costs four times the x product).
+    Two CTAs per SM for the state walk. compute_out: three CTAs per SM up to dstate 128; from 256
+    on two, with two heads sharing each C·Bᵀ tile (it then costs four times the x product), and
+    the state walk left whole: the segment correction pushes that compute_out past its registers
+    (the H200 default sweep at c18018e ran 0.75-0.85x of Triton with it, 1.1x without).
     """
     if dstate > 128:
-        return replace(DEFAULT_CONFIG, state_occupancy=2, out_occupancy=2, out_heads=2)
+        return replace(
+            DEFAULT_CONFIG,
+            state_occupancy=2,
+            state_block_q=256,
+            state_segments=1,
+            out_occupancy=2,
+            out_heads=2,
+        )
     return replace(DEFAULT_CONFIG, state_occupancy=2, out_occupancy=3)
 
 

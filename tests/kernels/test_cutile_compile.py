@@ -66,12 +66,14 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
     )
 
 
-def state_signature(dtype: str, headdim: int, init: bool, segmented: bool) -> KernelSignature:
+def state_signature(
+    dtype: str, headdim: int, init: bool, segmented: bool, block_q: int = CONFIG.state_block_q
+) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
     arrays += [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, CONFIG.state_block_n, CONFIG.state_block_q, init, segmented]
+    constants = [256, headdim, CONFIG.state_block_n, block_q, init, segmented]
     return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
@@ -117,6 +119,11 @@ STATE_DEFAULT = with_occupancy(fwd_pass_state_kernel, default_config(128).state_
 CASES = [
     pytest.param(chunk_cumsum_kernel, cumsum_signature("bfloat16", True, True), id="cumsum"),
     pytest.param(STATE_DEFAULT, state_signature("bfloat16", 64, False, True), id="state-bf16"),
+    pytest.param(
+        STATE_DEFAULT,
+        state_signature("bfloat16", 64, False, False, default_config(256).state_block_q),
+        id="state-bf16-N256-whole-walk",
+    ),
     pytest.param(
         fwd_pass_state_kernel,
         state_signature("float32", 64, True, False),
