@@ -42,6 +42,8 @@ class Provider:
     supports: the reason a problem is out of its range, or None when it can run it.
     tuner: picks launch parameters for a point before it is checked and timed (None: nothing to
         tune); what it returns is recorded in the rows' tuning column.
+    tuning_report: what the implementation chose by itself in the call just made (e.g. Triton's
+        autotuner picks), merged into the tuning column under "picks".
     """
 
     name: str
@@ -51,6 +53,7 @@ class Provider:
     kernel_prefixes: tuple[str, ...] = ()
     supports: Callable[[Problem], str | None] = _supports_everything
     tuner: Tuner | None = None
+    tuning_report: Callable[[], dict] | None = None
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
         """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
@@ -119,6 +122,7 @@ register(
         # imported; read here without importing triton.
         devices=("cpu", "cuda") if triton_ssd.interpreter_requested() else ("cuda",),
         kernel_prefixes=triton_ssd.KERNEL_NAMES,
+        tuning_report=triton_ssd.autotune_picks,
     )
 )
 register(

@@ -323,6 +323,8 @@ class Sweep:
                     correctness.poison_cuda_allocator(self.device, _output_bytes(problem))
                 result = fn(**kwargs)
                 self._sync()
+                if p.tuning_report is not None:
+                    outcome.tuning["picks"] = p.tuning_report()
                 self._judge(problem, result, expected, outcome)
                 outcome.check_against = against if expected is not None else ""
                 if expected is None and p.name == fallback and outcome.status == "ok":

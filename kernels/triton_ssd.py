@@ -92,6 +92,19 @@ def reset_autotuning() -> None:
         tuner.cache.clear()
 
 
+def autotune_picks() -> dict[str, str]:
+    """The config each forward kernel ran with in its latest call, by kernel name.
+
+    Triton's picks can differ from one process to the next at the same shape (its benchmarks are
+    noisy), which moves Triton's time by up to ~15 %; recording them makes such runs explicable.
+    """
+    return {
+        name: str(tuner.best_config)
+        for name, tuner in _autotuners().items()
+        if getattr(tuner, "best_config", None) is not None
+    }
+
+
 @functools.cache
 def enable_cpu_interpreter() -> None:
     """Make the kernels runnable on CPU tensors under Triton's interpreter (runs once per process).

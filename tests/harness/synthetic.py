@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from harness import records
 from harness.environment import gpu_slug
 from harness.problem import Problem, flops, min_bytes
+from harness.runner import SHAPE_FIELDS
 
 GPU = "NVIDIA H200"
 PEAKS = {"bf16_tflops": 790.0, "copy_gbps": 4000.0}
@@ -92,19 +93,7 @@ def _row(
     return {
         "run_id": run_id,
         "point": problem.key(),
-        **{
-            k: getattr(problem, k)
-            for k in (
-                "batch",
-                "seqlen",
-                "nheads",
-                "headdim",
-                "dstate",
-                "ngroups",
-                "chunk_size",
-                "dtype",
-            )
-        },
+        **{k: getattr(problem, k) for k in (*SHAPE_FIELDS, "dtype")},
         "options": records.options_json(options),
         "provider": provider,
         "mode": mode,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.correctness import relative_error
 from harness.inputs import make_inputs
 from harness.problem import Problem
 from kernels import reference, triton_ssd
@@ -56,15 +57,9 @@ CASES = {
 }
 
 
-def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """‖actual−expected‖/‖expected‖ in float64; NaN if either holds a NaN."""
-    expected = expected.double().cpu()
-    return ((actual.double().cpu() - expected).norm() / expected.norm()).item()
-
-
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: float, what: str) -> None:
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    err = rel_err(actual, expected)
+    err = relative_error(actual, expected)
     # `err <= tol` is False for NaN, so a NaN anywhere fails here.
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol:g}"
 
@@ -129,6 +124,13 @@ def test_reset_autotuning_clears_every_kernel() -> None:
         tuner.cache[("stale-key",)] = tuner.configs[0]
     triton_ssd.reset_autotuning()
     assert all(not tuner.cache for tuner in tuners)
+
+
+def test_autotune_picks_name_the_config_of_every_kernel() -> None:
+    triton_ssd.ssd_forward(**make_inputs(TINY, seed=3).kwargs())
+    picks = triton_ssd.autotune_picks()
+    assert list(picks) == list(triton_ssd.KERNEL_NAMES)
+    assert all("num_warps" in pick for pick in picks.values())
 
 
 def test_cpu_shims_refuse_compiled_kernels() -> None:
