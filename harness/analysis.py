@@ -9,24 +9,16 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
+from harness import stats
+from harness.problem import SHAPE_FIELDS
+
 #: Columns that describe a point (its key and shape); carried unchanged into every table.
-POINT_COLUMNS = (
-    "point",
-    "batch",
-    "seqlen",
-    "nheads",
-    "headdim",
-    "dstate",
-    "ngroups",
-    "chunk_size",
-    "dtype",
-    "options",
-)
+POINT_COLUMNS = ("point", *SHAPE_FIELDS, "dtype", "options")
+_SORT_FIRST = ("seqlen", "nheads", "dstate")
 #: Shape columns that may vary within a sweep, in the order tables are sorted by.
-SHAPE_COLUMNS = ("seqlen", "nheads", "dstate", "headdim", "batch", "ngroups", "chunk_size")
+SHAPE_COLUMNS = (*_SORT_FIRST, *(f for f in SHAPE_FIELDS if f not in _SORT_FIRST))
 _SIDE_COLUMNS = ("status", "error", "median_ms", "ci_low_ms", "ci_high_ms", "ci_wide")
 
 
@@ -67,7 +59,7 @@ def speedups(
     table["timed"] = (table["baseline_status"] == "ok") & (table["candidate_status"] == "ok")
     timed = table["timed"]
     table["speedup"] = (table["baseline_median_ms"] / table["candidate_median_ms"]).where(timed)
-    low, high = ratio_interval(
+    low, high = stats.ratio_interval(
         table["baseline_ci_low_ms"],
         table["baseline_ci_high_ms"],
         table["candidate_ci_low_ms"],
@@ -79,19 +71,6 @@ def speedups(
     return table.sort_values(list(SHAPE_COLUMNS) + ["point"], kind="stable").reset_index(drop=True)
 
 
-def ratio_interval(
-    num_low: pd.Series, num_high: pd.Series, den_low: pd.Series, den_high: pd.Series
-) -> tuple[pd.Series, pd.Series]:
-    """Interval of num/den from intervals of two positive quantities (extreme-end combination)."""
-    return num_low / den_high, num_high / den_low
-
-
-def geomean(values: pd.Series) -> float:
-    """Geometric mean of positive ratios (the mean that treats 2x and 0.5x symmetrically)."""
-    values = values.dropna()
-    return float(np.exp(np.log(values).mean())) if len(values) else math.nan
-
-
 def summarize(table: pd.DataFrame) -> dict:
     """Headline numbers of a speedups() table: counts, range and geometric mean of the speedup."""
     timed = table[table["timed"]]
@@ -100,7 +79,7 @@ def summarize(table: pd.DataFrame) -> dict:
         "timed": len(timed),
         "min": float(timed["speedup"].min()) if len(timed) else math.nan,
         "max": float(timed["speedup"].max()) if len(timed) else math.nan,
-        "geomean": geomean(timed["speedup"]),
+        "geomean": stats.geomean(timed["speedup"]),
         "ci_wide": int(timed["ci_wide"].sum()),
     }
 

@@ -26,16 +26,19 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.problem import Problem
+from harness.records import MODES
 from harness.timing import TimingPolicy
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 PROBLEM_FIELDS = tuple(f.name for f in fields(Problem))
-# Sweep order, outermost first: seqlen varies fastest, so neighbouring points share autotune keys.
+# Sweep order, outermost first: dtype, the other fields in Problem order, then nheads, dstate and
+# seqlen; seqlen varies fastest, so neighbouring points share autotune keys.
+_INNERMOST = ("nheads", "dstate", "seqlen")
 _AXIS_ORDER = (
-    "dtype", "batch", "headdim", "chunk_size", "ngroups", "has_D", "D_has_hdim", "has_z",
-    "has_dt_bias", "dt_softplus", "dt_limit", "has_initial_states", "return_final_states",
-    "nheads", "dstate", "seqlen",
-)  # fmt: skip
+    "dtype",
+    *(f for f in PROBLEM_FIELDS if f not in ("dtype", *_INNERMOST)),
+    *_INNERMOST,
+)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -43,10 +46,8 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message is one line naming the key."""
 
 
-class Mode(Enum):
-    eager = "eager"
-    graph = "graph"
-    kernels = "kernels"
+#: Timing modes (harness/timing.py), the values of records.MODES (the schema owns them).
+Mode = Enum("Mode", {mode: mode for mode in MODES}, module=__name__)
 
 
 class L2(Enum):
@@ -317,13 +318,11 @@ def job_overrides(args: Sequence[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
-def preflight(args: Sequence[str]) -> int:
-    """Compose and validate every job of `run_bench.py args`; returns the number of points."""
-    total = 0
+def preflight(args: Sequence[str]) -> None:
+    """Compose and validate every job of `run_bench.py args`; ConfigError for the first bad one."""
     for overrides in job_overrides(args):
         try:
             cfg = compose(overrides)
         except Exception as exc:  # Hydra's composition errors name the key
             raise ConfigError(one_line(exc)) from None
-        total += len(validate(to_bench(cfg)))
-    return total
+        validate(to_bench(cfg))

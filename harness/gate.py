@@ -2,7 +2,7 @@
 
     python -m harness.gate --baseline RUN --candidate RUN [--mode graph] [--tolerance 0.05]
         [--floor X] [--require-points all|KEY,KEY|FILE] [--allow-different-gpus]
-        [--fail-on-ambiguous] [--report-md PATH] [--report-json PATH]
+        [--allow-different-settings] [--fail-on-ambiguous] [--report-md PATH] [--report-json PATH]
 
 Verdict per point, from each run's speedup S and its interval [lo, hi] (analysis.speedups:
 the extreme-end combination of the two recorded 95 % CIs of the median), change = S_cand / S_base:
@@ -25,8 +25,9 @@ Floor (--floor X): a candidate point fails when its whole speedup interval lies 
 
 Exit status: 0 pass; 1 regression (slower, broken, below floor); 2 unusable input (missing or
 unreadable file, foreign Parquet, schema mismatch, different GPUs (between the runs, or within one
-run whose rows name several GPU models), required points missing, no comparable points), with a
-one-line message on stderr. --allow-different-gpus lets both kinds of GPU difference through.
+run whose rows name several GPU models), different measurement settings (SETTINGS_KEYS), required
+points missing, no comparable points), with a one-line message on stderr. --allow-different-gpus
+lets both kinds of GPU difference through; --allow-different-settings the settings.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ from harness import analysis, markdown, records
 
 FAILING = ("slower", "broken")
 TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
+#: Settings of meta["config"] (dotted paths into runner.MEASUREMENT_KEYS) whose difference makes
+#: two runs' speedups measure different things: what cuTile and Triton run (tune,
+#: triton_autotune), the cache state they start from (timing.l2) and the inputs (seed). The other
+#: measurement settings are left out on purpose: the stopping rule (timing.warmup, min_reps,
+#: max_reps, max_seconds, ci_target, kernels_batch) only sets how precisely the same quantity is
+#: measured, which the recorded CIs carry; timing.flush_mib leaves the L2 as cold as l2 says (the
+#: runner flushes at least twice the L2); timing.modes only says which modes exist, and the
+#: compared mode must have rows in both runs; check.* decides how answers are judged, not timed.
+SETTINGS_KEYS = ("tune", "triton_autotune", "timing.l2", "seed")
 VERDICT_ORDER = (
     "slower",
     "broken",
@@ -112,6 +122,21 @@ def load(path: Path, label: str) -> Run:
     if lacking:
         raise GateInputError(f"{label} {path}: results lack column(s) {', '.join(lacking)}")
     return Run(label, path, table, meta)
+
+
+def setting(meta: dict, key: str) -> object:
+    """The value of a dotted SETTINGS_KEYS path in a run's meta["config"] (None where absent)."""
+    value: object = meta.get("config")
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def different_settings(baseline: Run, candidate: Run) -> list[str]:
+    """'key=<baseline value> in the baseline, <candidate value> in the candidate' per differing
+    SETTINGS_KEYS entry."""
+    pairs = [(k, setting(baseline.meta, k), setting(candidate.meta, k)) for k in SETTINGS_KEYS]
+    return [f"{k}={b!r} in the baseline, {c!r} in the candidate" for k, b, c in pairs if b != c]
 
 
 def verdict(
@@ -243,6 +268,7 @@ def run_gate(
     require: str | None = None,
     allow_different_gpus: bool = False,
     fail_on_ambiguous: bool = False,
+    allow_different_settings: bool = False,
 ) -> Outcome:
     """Compare two loaded runs; GateInputError for what makes them incomparable."""
     notes = []
@@ -260,6 +286,14 @@ def run_gate(
                 "pass --allow-different-gpus to compare anyway"
             )
         notes.append(f"Different GPUs allowed: {pair}.")
+    differences = "; ".join(different_settings(baseline, candidate))
+    if differences:
+        if not allow_different_settings:
+            raise GateInputError(
+                f"runs measured with different settings ({differences}); "
+                "pass --allow-different-settings to compare anyway"
+            )
+        notes.append(f"Different settings allowed: {differences}.")
     for run in (baseline, candidate):
         if not (run.table["mode"] == mode).any():
             modes = ", ".join(sorted(run.table["mode"].unique())) or "none"
@@ -412,6 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", type=float, help="fail a point whose speedup is surely below")
     parser.add_argument("--require-points", help="all | comma-separated point keys | file")
     parser.add_argument("--allow-different-gpus", action="store_true")
+    parser.add_argument(
+        "--allow-different-settings",
+        action="store_true",
+        help=f"compare runs that differ in {', '.join(SETTINGS_KEYS)}",
+    )
     parser.add_argument("--fail-on-ambiguous", action="store_true")
     parser.add_argument("--report-md", type=Path, help="write the markdown report here")
     parser.add_argument("--report-json", type=Path, help="write the JSON result here")
@@ -424,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor": args.floor,
         "require_points": args.require_points,
         "allow_different_gpus": args.allow_different_gpus,
+        "allow_different_settings": args.allow_different_settings,
         "fail_on_ambiguous": args.fail_on_ambiguous,
     }
     runs: dict[str, dict] = {
@@ -444,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             args.require_points,
             args.allow_different_gpus,
             args.fail_on_ambiguous,
+            args.allow_different_settings,
         )
     except GateInputError as exc:
         outcome = Outcome(2, f"gate: unusable input: {exc}")

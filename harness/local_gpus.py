@@ -61,13 +61,8 @@ def assign(gpus: int, devices: Sequence[str]) -> list[str]:
 
 
 def new_run_id(results_dir: Path, name: str, now: datetime) -> str:
-    """<name>-<UTC date-time>[-n], not yet used by a run of any GPU model under results_dir."""
-    base = f"{name}-{now:%Y%m%d-%H%M%S}"
-    run_id, n = base, 1
-    while any(results_dir.glob(f"*/{run_id}")):
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+    """records.new_run_id, not yet used by a run of any GPU model under results_dir."""
+    return records.new_run_id(name, now, lambda run_id: not any(results_dir.glob(f"*/{run_id}")))
 
 
 def _key(override: str) -> str:

@@ -14,8 +14,9 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from harness.analysis import geomean, varying_columns
+from harness.analysis import varying_columns
 from harness.markdown import point_label, tokens
+from harness.stats import geomean
 
 #: Speedup range of cuTile over Triton that the project seed reports; drawn as a shaded band.
 SEED_BAND = (1.14, 1.82)

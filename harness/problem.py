@@ -7,8 +7,11 @@ gate agree on one definition. Validation runs before any GPU work and names the 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
+#: The integer fields of a Problem that give its shape (in field order); the others are dtype and
+#: options. Results tables carry them as columns of the same names.
+SHAPE_FIELDS = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size")
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -55,7 +58,7 @@ class Problem:
 
     def validate(self) -> None:
         """Raise ProblemError naming the first field outside its allowed range."""
-        for name in ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size"):
+        for name in SHAPE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ProblemError(f"{name} must be an integer, got {value!r}")
@@ -97,24 +100,8 @@ class Problem:
                 raise ProblemError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     @property
-    def nchunks(self) -> int:
-        return -(-self.seqlen // self.chunk_size)
-
-    @property
     def element_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> Problem:
-        """Build from a mapping (a config node); unknown keys are an error that names them."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ProblemError(f"unknown problem field(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**values)
 
     def key(self) -> str:
         """Stable identifier of the point, used to resume sweeps and join runs."""
@@ -152,7 +139,8 @@ def flops(problem: Problem) -> float:
 
     Per chunk of length q: C·Bᵀ, 2·q²·N per group; the causal intra-chunk product (C·Bᵀ ⊙ decay)·X,
     half of 2·q²·P per head; the chunk state Bᵀ·X and the carried-state output C·hᵀ, 2·q·N·P each
-    per head. This is the count of ../shared/notes/h200-baseline.md, so TFLOP/s compare with it.
+    per head. The H200 baseline of mamba_ssm measured for this project counted the same way, so
+    TFLOP/s compare with it.
     """
     p = problem
     per_batch = sum(
@@ -163,14 +151,25 @@ def flops(problem: Problem) -> float:
     return float(p.batch * per_batch)
 
 
+def output_bytes(problem: Problem) -> int:
+    """Bytes of what the forward returns: out (batch, seqlen, nheads, headdim) in the problem dtype,
+    plus the float32 final states (batch, nheads, headdim, dstate) with return_final_states.
+    min_bytes counts them as written once; the runner poisons this much memory before a check."""
+    p = problem
+    out = p.batch * p.seqlen * p.nheads * p.headdim * p.element_bytes
+    final = p.batch * p.nheads * p.headdim * p.dstate * 4 if p.return_final_states else 0
+    return out + final
+
+
 def min_bytes(problem: Problem) -> float:
     """Fewest bytes any implementation must move through device memory: each input read once,
-    each output written once (intermediates such as chunk states are free in this floor)."""
+    each output written once (output_bytes; intermediates such as chunk states are free in this
+    floor)."""
     p = problem
     e = p.element_bytes
     tokens = p.batch * p.seqlen
-    state = p.batch * p.nheads * p.headdim * p.dstate * 4
-    total = tokens * p.nheads * p.headdim * e * 2  # x read, out written
+    total = output_bytes(p)
+    total += tokens * p.nheads * p.headdim * e  # x
     total += tokens * p.ngroups * p.dstate * e * 2  # B and C
     total += tokens * p.nheads * 4  # dt
     total += p.nheads * 4 * (1 + p.has_dt_bias)  # A, dt_bias
@@ -179,7 +178,5 @@ def min_bytes(problem: Problem) -> float:
     if p.has_z:
         total += tokens * p.nheads * p.headdim * e
     if p.has_initial_states:
-        total += state
-    if p.return_final_states:
-        total += state
+        total += p.batch * p.nheads * p.headdim * p.dstate * 4
     return float(total)

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.problem import Problem
-from kernels import triton_ssd  # imports neither triton nor mamba_ssm (see its docstring)
+from kernels import (
+    cutile,  # constants only: imports neither torch nor cuda-tile
+    triton_ssd,  # imports neither triton nor mamba_ssm (see its docstring)
+)
 
 SSDForward = Callable[..., object]  # the provider contract of docs/architecture.md
 
@@ -44,6 +47,7 @@ class Provider:
         tune); what it returns is recorded in the rows' tuning column.
     tuning_report: what the implementation chose by itself in the call just made (e.g. Triton's
         autotuner picks), merged into the tuning column under "picks".
+    matmul_policy: the precision its matrix products run at, recorded in the tuning column.
     """
 
     name: str
@@ -54,6 +58,7 @@ class Provider:
     supports: Callable[[Problem], str | None] = _supports_everything
     tuner: Tuner | None = None
     tuning_report: Callable[[], dict] | None = None
+    matmul_policy: str = ""
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
         """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
@@ -93,7 +98,7 @@ def _ssd_forward_of(module: str) -> Callable[[], SSDForward]:
 
 
 def _cutile_supports(problem: Problem) -> str | None:
-    from kernels.cutile.ssd import unsupported_reason  # imports cuda-tile, so only when asked
+    from kernels.cutile.ssd import unsupported_reason  # imports torch, so only when asked
 
     return unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
 
@@ -111,6 +116,7 @@ register(
         load=_ssd_forward_of("kernels.reference"),
         description="float64 PyTorch chunked SSD (the gold reference)",
         devices=("cpu", "cuda"),
+        matmul_policy="float64",
     )
 )
 register(
@@ -123,6 +129,7 @@ register(
         devices=("cpu", "cuda") if triton_ssd.interpreter_requested() else ("cuda",),
         kernel_prefixes=triton_ssd.KERNEL_NAMES,
         tuning_report=triton_ssd.autotune_picks,
+        matmul_policy=triton_ssd.MATMUL_POLICY,
     )
 )
 register(
@@ -131,9 +138,9 @@ register(
         load=_ssd_forward_of("kernels.cutile.ssd"),
         description="our cuTile kernels (kernels/cutile)",
         devices=("cuda",),
-        # cuTile mangles kernel names (chunk_cumsum_kernel_Kt2_...): match the Python names' stems.
-        kernel_prefixes=("chunk_cumsum", "fwd_pass_state", "compute_out"),
+        kernel_prefixes=cutile.KERNEL_PREFIXES,
         supports=_cutile_supports,
         tuner=_cutile_tuner,
+        matmul_policy=cutile.MATMUL_POLICY,
     )
 )

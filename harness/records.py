@@ -27,8 +27,9 @@ import os
 import re
 import socket
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -148,6 +149,18 @@ def locked(run_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.lockf(f, fcntl.LOCK_UN)
+
+
+def new_run_id(name: str, now: datetime, claim: Callable[[str], bool]) -> str:
+    """A new run's id: <name>-<yyyymmdd-HHMMSS of `now` (UTC)>, or with -2, -3, ... appended,
+    the first that `claim(run_id)` accepts (returns True for; it may claim it, e.g. by making the
+    directory, so that two sweeps started in the same second get two runs)."""
+    base = f"{name}-{now:%Y%m%d-%H%M%S}"
+    run_id, n = base, 1
+    while not claim(run_id):
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
 
 
 def write_meta(run_dir: Path, meta: Mapping) -> None:

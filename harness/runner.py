@@ -36,10 +36,9 @@ from tqdm import tqdm
 from harness import correctness, environment, providers, records, sharding
 from harness.config import BenchConfig, ConfigError, TritonAutotune, validate
 from harness.inputs import SSDInputs, make_inputs
-from harness.problem import Problem, flops, min_bytes
+from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes, output_bytes
 from harness.timing import Call, CudaTimer, Measurement, Timer, measure
 
-SHAPE_FIELDS = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size")
 OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
 # Config keys that change what a number means: a resumed run must keep them.
 MEASUREMENT_KEYS = ("timing", "seed", "tune", "triton_autotune", "check")
@@ -163,18 +162,18 @@ def _newest_matching(root: Path, config: dict) -> Path | None:
 
 
 def _new_run_dir(root: Path, name: str) -> Path:
-    """<name>-<UTC date-time>[-n], claimed by creating it: two sweeps started in the same second
+    """root/<records.new_run_id>, claimed by creating it: two sweeps started in the same second
     get two runs."""
-    base = f"{name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
     root.mkdir(parents=True, exist_ok=True)
-    run_dir, n = root / base, 1
-    while True:
+
+    def claim(run_id: str) -> bool:
         try:
-            run_dir.mkdir()
-            return run_dir
+            (root / run_id).mkdir()
         except FileExistsError:
-            n += 1
-            run_dir = root / f"{base}-{n}"
+            return False
+        return True
+
+    return root / records.new_run_id(name, datetime.now(timezone.utc), claim)
 
 
 def worker_id() -> str:
@@ -320,7 +319,7 @@ class Sweep:
                     extra, outcome.tuning = p.tuner(kwargs, self.cfg.tune.value)
                     fn = functools.partial(fn, **extra)
                 if self.on_cuda:
-                    correctness.poison_cuda_allocator(self.device, _output_bytes(problem))
+                    correctness.poison_cuda_allocator(self.device, output_bytes(problem))
                 result = fn(**kwargs)
                 self._sync()
                 if p.tuning_report is not None:
@@ -363,12 +362,13 @@ class Sweep:
                 return
 
     # ---- rows ----
-    def _tuning(self, name: str, outcome: Outcome) -> str:
+    def _tuning(self, provider: providers.Provider, outcome: Outcome) -> str:
         policies = {
             "triton": {"triton_autotune": self.cfg.triton_autotune.value},
             "cutile": {"tune": self.cfg.tune.value},
         }
-        return json.dumps({**policies.get(name, {}), **outcome.tuning})
+        record = {"matmul_policy": provider.matmul_policy, **policies.get(provider.name, {})}
+        return json.dumps({**record, **outcome.tuning})
 
     def rows(self, problem: Problem, provider: providers.Provider, o: Outcome) -> list[dict]:
         """One row per configured mode, in the schema of harness.records."""
@@ -382,7 +382,7 @@ class Sweep:
             "rel_err": o.rel_err,
             "final_rel_err": o.final_rel_err,
             "check_against": o.check_against,
-            "tuning": self._tuning(provider.name, o),
+            "tuning": self._tuning(provider, o),
             "l2": self.cfg.timing.l2.value,
             "gpu_name": self.gpu_name,
             "device_index": self.cfg.device if self.on_cuda else -1,
@@ -416,6 +416,8 @@ class Sweep:
         s, peaks = m.summary, self.meta["peaks"]
         seconds = s.median * 1e-3
         tflops, gbps = flops(problem) / seconds / 1e12, min_bytes(problem) / seconds / 1e9
+        # Only a bf16 rate is measured: other dtypes have no peak to divide by (NaN).
+        peak_tflops = peaks.get("bf16_tflops") if problem.dtype == "bfloat16" else None
         return {
             "median_ms": s.median,
             "p10_ms": s.p10,
@@ -428,17 +430,9 @@ class Sweep:
             "kernel_ms": json.dumps(m.kernel_ms),
             "tflops": tflops,
             "gbps": gbps,
-            "frac_peak_flops": tflops / peaks["bf16_tflops"]
-            if peaks.get("bf16_tflops")
-            else math.nan,
+            "frac_peak_flops": tflops / peak_tflops if peak_tflops else math.nan,
             "frac_peak_bw": gbps / peaks["copy_gbps"] if peaks.get("copy_gbps") else math.nan,
         }
-
-
-def _output_bytes(p: Problem) -> int:
-    out = p.batch * p.seqlen * p.nheads * p.headdim * p.element_bytes
-    final = p.batch * p.nheads * p.headdim * p.dstate * 4 if p.return_final_states else 0
-    return out + final
 
 
 def _default_timer(cfg: BenchConfig, env: dict) -> Timer:

@@ -1,4 +1,5 @@
-"""Statistics of timing samples: the one place where medians, spreads and their intervals come from.
+"""Statistics of timing samples: the one place where medians, spreads and their intervals come from,
+and the ratios built from them (speedup intervals, geometric means).
 
 Kernel times are skewed (clock ramps, the odd preempted launch), so ssdbench summarises with the
 median and a distribution-free confidence interval of the median: two order statistics whose ranks
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 CI_LEVEL = 0.95
 # Binomial terms further than this many standard deviations below n/2 are < 1e-40 and skipped.
 _TAIL_SIGMAS = 20
+#: A positive quantity or an array/Series of them (anything that divides element-wise).
+_Q = TypeVar("_Q")
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,28 @@ def summarize(samples: Sequence[float], level: float = CI_LEVEL) -> Summary:
     low, high = (ordered[ranks[0] - 1], ordered[ranks[1] - 1]) if ranks else (math.nan, math.nan)
     p10, p50, p90 = np.percentile(ordered, [10, 50, 90])
     return Summary(len(ordered), float(p50), float(p10), float(p90), float(low), float(high))
+
+
+def median(samples: Sequence[float]) -> float:
+    """Median of at least one sample (the mean of the two middle ones for an even count)."""
+    values = np.asarray(samples, dtype=float)
+    if values.size == 0:
+        raise ValueError("median needs at least one sample")
+    return float(np.median(values))
+
+
+def ratio_interval(num_low: _Q, num_high: _Q, den_low: _Q, den_high: _Q) -> tuple[_Q, _Q]:
+    """Interval of num/den from intervals of two positive quantities (extreme-end combination):
+    it holds the true ratio whenever both intervals hold theirs, so it errs wide."""
+    return num_low / den_high, num_high / den_low
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive ratios (the mean that treats 2x and 0.5x symmetrically); NaN
+    values are ignored, and NaN is returned when none is left."""
+    finite = np.asarray(list(values), dtype=float)
+    finite = finite[~np.isnan(finite)]
+    return float(np.exp(np.log(finite).mean())) if finite.size else math.nan
 
 
 def converged(summary: Summary, ci_target: float) -> bool:

@@ -27,13 +27,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Protocol
 
-from harness.records import error_message
-from harness.stats import Summary, converged, summarize
-
-MODES = ("eager", "graph", "kernels")
+from harness.records import MODES, error_message
+from harness.stats import Summary, converged, median, summarize
 
 #: One repetition: (total ms, ms per kernel prefix; empty outside mode kernels).
 Sample = tuple[float, Mapping[str, float]]

@@ -4,7 +4,7 @@ The adapter calls `_mamba_chunk_scan_combined_fwd` directly, so the timed work i
 launches plus mamba's host code, without the autograd wrapper that saves tensors for backward.
 Importing this module imports neither triton nor mamba_ssm (the registry stays light); both load on
 first use. On CPU the same kernels run under Triton's interpreter, with the shims of
-../shared/notes/mamba_ssm.md §3; TRITON_INTERPRET=1 must be set before triton is imported.
+`enable_cpu_interpreter`; TRITON_INTERPRET=1 must be set before triton is imported.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ _KERNEL_MODULES = {
     "_chunk_scan_fwd_kernel": "ssd_chunk_scan",
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(_KERNEL_MODULES)
+# tl.dot without input_precision: TF32 for float32 operands on NVIDIA GPUs (mamba_ssm passes none).
+MATMUL_POLICY = "operands in input dtype (tf32 for float32, Triton's default), fp32 accumulate"
 
 # Values Triton's TRITON_INTERPRET knob reads as true (checked against triton 3.9's getenv_bool).
 _TRUE_VALUES = frozenset({"1", "true", "on", "yes"})
@@ -46,7 +48,7 @@ def import_mamba_module(name: str) -> types.ModuleType:
 
     That __init__ imports the CUDA extension selective_scan_cuda (not built: only Mamba-1 needs it)
     and then huggingface_hub/transformers; the SSD Triton modules need none of them. A bare package
-    object carrying the real __path__ lets the submodules import normally (mamba_ssm.md §2).
+    object carrying the real __path__ lets the submodules import normally.
     """
     if name != "mamba_ssm" and not name.startswith("mamba_ssm."):
         raise ValueError(f"not a mamba_ssm module: {name!r}")

@@ -11,6 +11,9 @@ rebuilt, never trusted.
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import hashlib
 import itertools
 import json
 import math
@@ -57,6 +60,15 @@ def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
     ]
 
 
+@functools.cache
+def kernel_source_hash() -> str:
+    """Hash of this package's sources: a choice tuned for other kernel code is not reused."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def tuning_key(kwargs: dict) -> str:
     """Everything a tuned choice depends on: device, toolchain, shape, dtype and options."""
     import cuda.tile as ct
@@ -66,6 +78,7 @@ def tuning_key(kwargs: dict) -> str:
     D = kwargs.get("D")
     parts = [
         f"sm_{major}{minor}",
+        f"kernels {kernel_source_hash()}",
         f"cuda-tile {ct.__version__}",
         f"tileiras {tileiras_version()}",
         str(x.dtype).removeprefix("torch."),
@@ -110,13 +123,23 @@ class TuningCache:
         return SSDConfig.from_dict(entry["config"]) if entry else None
 
     def put(self, key: str, config: SSDConfig, details: dict) -> None:
-        self.entries[key] = {"config": config.to_dict(), **details}
+        """Add one entry. Under an exclusive lock the file is re-read first, so processes tuning
+        at the same time (one per GPU) keep each other's entries."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"format": CACHE_FORMAT, "entries": self.entries}, indent=1)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, self.path)
+        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.entries = {**self._load(), key: {"config": config.to_dict(), **details}}
+            text = json.dumps({"format": CACHE_FORMAT, "entries": self.entries}, indent=1)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
 
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
@@ -151,6 +174,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     def search(start: SSDConfig, candidates: list[dict], launch) -> tuple[SSDConfig, dict]:
         """Time `start` and its variants; a dict keeps the first of equal configs."""
         configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
+        launch = functools.lru_cache(maxsize=1)(launch)  # one set of buffers per config in turn
         result = exhaustive_search(
             configs,
             stream,

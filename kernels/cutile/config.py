@@ -27,6 +27,33 @@ class SSDConfig:
     out_occupancy: int = 2
     out_heads: int = 1
 
+    def __post_init__(self) -> None:
+        """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"SSDConfig.{f.name} must be a non-negative integer, got {value!r}"
+                )
+        for name in (
+            "cumsum_heads",
+            "state_block_n",
+            "state_block_q",
+            "out_block_m",
+            "out_block_k",
+            "out_slice_n",
+        ):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"SSDConfig.{name} must be a power of two, got {value}")
+        for name in ("state_occupancy", "out_occupancy"):
+            if getattr(self, name) > 32:
+                raise ValueError(
+                    f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
+                )
+        if self.out_heads not in (1, 2):
+            raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
+
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
@@ -36,9 +63,6 @@ class SSDConfig:
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"unknown SSDConfig field(s) {sorted(unknown)}")
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"SSDConfig.{name} must be a non-negative integer, got {value!r}")
         return cls(**values)
 
 

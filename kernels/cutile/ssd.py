@@ -1,9 +1,10 @@
-"""Host entry point of the cuTile SSD forward: validation, then the three kernel launches.
+"""Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum,
+fwd_pass_state, segment_scan when the state walk is split, compute_out).
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
 (TF32 for float32 inputs), fp32 accumulation, dt/dA/states-in-flight fp32, the states passed
-between kernels in the input dtype, final states fp32.
+between kernels in the input dtype, final states fp32 (`kernels.cutile.MATMUL_POLICY`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import torch
 
 from kernels.cutile.config import SSDConfig, default_config
 
-MATMUL_POLICY = "operands in input dtype (tf32 for float32), fp32 accumulate"
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
 MAX_DSTATE = 256

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Run a command on an offline GPU node with the bundle installed (once) and its environment set.
+# Run a command on an offline GPU node with the bundle installed and its environment set.
 # Usage: scripts/offline/with_bundle.sh [--bundle DIR] [--prefix DIR] -- COMMAND...
+# The bundle is installed into the prefix once and again whenever it changes: the prefix keeps a
+# stamp (sha256 of the bundle files' names and sizes); a different stamp means a new bundle, so
+# what install.sh made there (toolchain, wheels, env.sh) is removed and installed afresh.
 set -euo pipefail
 bundle=.offline
 prefix=${SSDBENCH_PREFIX:-${TMPDIR:-/tmp}/ssdbench-offline}
@@ -12,7 +15,20 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ -f "$prefix/env.sh" ] || "$bundle/install.sh" "$bundle" "$prefix"
+stamp_file=$prefix/.bundle-stamp
+if [ -f "$bundle/install.sh" ]; then
+  stamp=$(cd "$bundle" && shopt -s nullglob && for f in install.sh toolchain.tar.xz wheels/*.whl; do
+    printf '%s %s\n' "$f" "$(wc -c < "$f")"
+  done | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$prefix/env.sh" ] || [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$prefix/nvidia" "$prefix/site" "$prefix/env.sh" "$stamp_file"
+    "$bundle/install.sh" "$bundle" "$prefix"
+    printf '%s\n' "$stamp" > "$stamp_file"
+  fi
+elif [ ! -f "$prefix/env.sh" ]; then
+  echo "with_bundle.sh: no bundle at $bundle (make offline-bundle) and none installed in $prefix" >&2
+  exit 1
+fi
 # shellcheck disable=SC1091
 source "$prefix/env.sh"
 exec "$@"

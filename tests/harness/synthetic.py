@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,7 @@ import pyarrow.parquet as pq
 
 from harness import records
 from harness.environment import gpu_slug
-from harness.problem import Problem, flops, min_bytes
-from harness.runner import SHAPE_FIELDS
+from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes
 
 GPU = "NVIDIA H200"
 PEAKS = {"bf16_tflops": 790.0, "copy_gbps": 4000.0}
@@ -87,7 +87,7 @@ def _row(
     gpu: str,
     seed: int,
 ) -> dict:
-    options = {k: v for k, v in problem.to_dict().items() if k.startswith(("has_", "D_", "dt_"))}
+    options = {k: v for k, v in asdict(problem).items() if k.startswith(("has_", "D_", "dt_"))}
     tflops = flops(problem) / (ms * 1e-3) / 1e12
     gbps = min_bytes(problem) / (ms * 1e-3) / 1e9
     return {
@@ -125,8 +125,29 @@ def _row(
     }
 
 
-def synthetic_meta(run_id: str = "synthetic", gpu: str = GPU) -> dict:
-    """Run metadata in the documented layout (env content is illustrative)."""
+#: meta["config"] measurement settings of every synthetic run: those of the committed H200
+#: baseline (tune=off, default timing with max_seconds 1.2), trimmed to what tests read.
+CONFIG = {
+    "sweep": {"name": "synthetic"},
+    "timing": {"warmup": 3, "min_reps": 10, "max_reps": 200, "max_seconds": 1.2,
+               "ci_target": 0.01, "kernels_batch": 10, "modes": ["eager", "graph", "kernels"],
+               "l2": "cold", "flush_mib": 512},
+    "seed": 0,
+    "tune": "off",
+    "triton_autotune": "once",
+}  # fmt: skip
+
+
+def synthetic_meta(run_id: str = "synthetic", gpu: str = GPU, settings: dict | None = None) -> dict:
+    """Run metadata in the documented layout (env content is illustrative). `settings` replaces
+    config values by dotted key, e.g. {"timing.l2": "warm", "tune": "cached"}."""
+    config = json.loads(json.dumps(CONFIG))
+    for key, value in (settings or {}).items():
+        *parents, last = key.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
     return {
         "schema_version": records.SCHEMA_VERSION,
         "run_id": run_id,
@@ -137,7 +158,7 @@ def synthetic_meta(run_id: str = "synthetic", gpu: str = GPU) -> dict:
             "versions": {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda-tile": "1.7.0"},
             "git": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
         },
-        "config": {"sweep": "synthetic", "timing": "quick"},
+        "config": config,
         "peaks": dict(PEAKS),
     }
 
@@ -151,7 +172,14 @@ def write_run(run_dir: Path, table: pd.DataFrame, meta: dict) -> Path:
     return run_dir
 
 
-def build_run(root: Path, run_id: str = "synthetic", gpu: str = GPU, **table_options) -> Path:
-    """A complete run directory under root/<gpu-slug>/<run_id>/; returns its path."""
+def build_run(
+    root: Path,
+    run_id: str = "synthetic",
+    gpu: str = GPU,
+    settings: dict | None = None,
+    **table_options,
+) -> Path:
+    """A complete run directory under root/<gpu-slug>/<run_id>/; returns its path. `settings`:
+    as for synthetic_meta."""
     table = synthetic_table(run_id=run_id, gpu=gpu, **table_options)
-    return write_run(root / gpu_slug(gpu) / run_id, table, synthetic_meta(run_id, gpu))
+    return write_run(root / gpu_slug(gpu) / run_id, table, synthetic_meta(run_id, gpu, settings))

@@ -129,7 +129,9 @@ def test_duplicate_points_are_measured_once() -> None:
 def test_multirun_jobs_are_the_product_of_sweeps() -> None:
     jobs = config.job_overrides(["-m", "sweep.seqlen=1024,4096", "timing=quick", "hydra.verbose=1"])
     assert jobs == [["sweep.seqlen=1024", "timing=quick"], ["sweep.seqlen=4096", "timing=quick"]]
-    assert config.preflight(["-m", "sweep=smoke", "sweep.seqlen=1024,4096", "sweep.dstate=64"]) == 4
+    args = ["-m", "sweep=smoke", "sweep.seqlen=1024,4096", "sweep.dstate=64"]
+    assert len(config.job_overrides(args)) == 2
+    config.preflight(args)  # both jobs compose and validate
 
 
 def test_multirun_checks_every_job_before_any_runs() -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -164,6 +165,60 @@ def test_different_gpus(capsys, tmp_path: Path, baseline: Path) -> None:
     other = build_run(tmp_path / "h100", gpu="NVIDIA H100 80GB HBM3", ci_rel=0.01)
     assert_unusable(*run(capsys, baseline, other)[::2], "different GPUs", "H100")
     assert run(capsys, baseline, other, "--allow-different-gpus")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("tune", "cached", "tune='off' in the baseline, 'cached' in the candidate"),
+        ("triton_autotune", "per_point", "triton_autotune='once' in the baseline, 'per_point'"),
+        ("timing.l2", "warm", "timing.l2='cold' in the baseline, 'warm' in the candidate"),
+        ("seed", 1, "seed=0 in the baseline, 1 in the candidate"),
+    ],
+)
+def test_different_settings(capsys, tmp_path: Path, baseline: Path, key, value, shown) -> None:
+    other = build_run(tmp_path / "cand", settings={key: value}, ci_rel=0.01)
+    assert_unusable(*run(capsys, baseline, other)[::2], "different settings", shown)
+    js = tmp_path / "gate.json"
+    code, _, _ = run(
+        capsys, baseline, other, "--allow-different-settings", "--report-json", str(js)
+    )
+    assert code == 0
+    (note,) = json.loads(js.read_text())["notes"]
+    assert note.startswith("Different settings allowed") and shown in note
+
+
+def test_how_precisely_a_run_was_timed_does_not_matter(capsys, tmp_path, baseline) -> None:
+    # timing=quick against the default timing, fewer modes, another flush size: comparable.
+    quick = {"timing.warmup": 2, "timing.min_reps": 6, "timing.max_reps": 30,
+             "timing.max_seconds": 1.0, "timing.ci_target": 0.03, "timing.kernels_batch": 6,
+             "timing.modes": ["graph"], "timing.flush_mib": 1024}  # fmt: skip
+    other = build_run(tmp_path / "cand", settings=quick, ci_rel=0.01)
+    assert run(capsys, baseline, other)[0] == 0
+
+
+def test_settings_keys_are_measurement_keys() -> None:
+    from harness import runner
+
+    assert {key.split(".")[0] for key in gate.SETTINGS_KEYS} <= set(runner.MEASUREMENT_KEYS)
+
+
+def test_ci_sweeps_with_the_settings_of_the_committed_baseline() -> None:
+    """The workflow's smoke sweep, composed as it runs it, is comparable with every baseline."""
+    from harness import config, runner
+
+    workflow = (ROOT / ".github" / "workflows" / "gpu-bench.yml").read_text()
+    (line,) = [ln for ln in workflow.splitlines() if "run_bench.py" in ln and "$RUN_ID" in ln]
+    fixed = [t for t in line.split() if "=" in t and "$" not in t]
+    cfg = runner.config_dict(config.to_bench(config.compose(["sweep=smoke", *fixed])))
+    ci_run = gate.Run("candidate", ROOT, pd.DataFrame(), {"config": cfg})
+    baselines = sorted((ROOT / "results" / "baselines").glob("*/meta.json"))
+    assert baselines
+    for meta_file in baselines:
+        base = gate.Run(
+            "baseline", meta_file.parent, pd.DataFrame(), json.loads(meta_file.read_text())
+        )
+        assert gate.different_settings(base, ci_run) == [], meta_file
 
 
 def test_required_points_missing(capsys, tmp_path: Path, baseline: Path) -> None:

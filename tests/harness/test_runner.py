@@ -171,6 +171,13 @@ def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:
     assert set(plain[plain["mode"] == "kernels"]["status"]) == {"unsupported"}
 
 
+def test_the_flop_peak_fraction_is_only_for_bfloat16(tmp_path: Path) -> None:
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good"], "sweep.dtype=[float32,float16]")))
+    assert set(df["status"]) == {"ok"} and set(df["dtype"]) == {"float32", "float16"}
+    assert df["frac_peak_flops"].isna().all() and (df["tflops"] > 0).all()
+    assert df["frac_peak_bw"].tolist() == pytest.approx((df["gbps"] / 4.0).tolist())
+
+
 def test_rerun_with_the_same_run_id_skips_finished_points(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
     sweep(cfg)
@@ -292,8 +299,10 @@ def test_per_point_triton_autotuning_is_reset_and_recorded(tmp_path: Path, monke
     cfg = make_cfg(tmp_path, ["triton", "good"], "triton_autotune=per_point", "tune=force")
     df, _ = records.load_run(sweep(cfg))
     assert len(resets) == 2  # before each point
-    assert set(by(df, "triton")["tuning"]) == {'{"triton_autotune": "per_point"}'}
-    assert set(by(df, "good")["tuning"]) == {"{}"}
+    tunings = [json.loads(t) for t in by(df, "triton")["tuning"]]
+    assert all(t["triton_autotune"] == "per_point" for t in tunings)
+    assert all("matmul_policy" in t for t in tunings)
+    assert set(by(df, "good")["tuning"]) == {'{"matmul_policy": ""}'}
 
 
 def test_broken_device_stops_the_sweep_after_recording_the_culprit(

@@ -1,4 +1,4 @@
-"""harness.stats: percentiles, the order-statistic CI of the median, convergence."""
+"""harness.stats: percentiles, the order-statistic CI of the median, convergence, ratios."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from harness.stats import converged, median_ci_ranks, summarize
+from harness.stats import converged, geomean, median, median_ci_ranks, ratio_interval, summarize
 
 
 def _coverage(n: int, j: int) -> Fraction:
@@ -64,3 +65,22 @@ def test_interval_covers_the_true_median_of_a_skewed_law() -> None:
         s = summarize(rng.exponential(size=n))
         hits += s.ci_low <= math.log(2) <= s.ci_high
     assert hits / trials >= 0.94  # exact coverage is 97.3 % at n = 21; 0.94 leaves sampling slack
+
+
+def test_median() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5  # even count: mean of the middle two
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_ratio_interval_joins_the_extreme_ends() -> None:
+    assert ratio_interval(9.0, 11.0, 4.0, 5.0) == (9.0 / 5.0, 11.0 / 4.0)
+    low, high = ratio_interval(*(pd.Series([v, 2 * v]) for v in (9.0, 11.0, 4.0, 5.0)))
+    assert list(low) == [1.8, 1.8] and list(high) == [2.75, 2.75]
+
+
+def test_geomean_is_symmetric_in_ratios_and_skips_nan() -> None:
+    assert geomean(pd.Series([2.0, 0.5, math.nan])) == pytest.approx(1.0)
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert math.isnan(geomean(pd.Series([math.nan]))) and math.isnan(geomean([]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,12 @@ def test_runner_end_to_end_with_the_reference(tmp_path: Path) -> None:
     run_dir = runner.run(_small(tmp_path, "reference", "check.fallback=reference"))
     df, meta = records.load_run(run_dir)
     assert run_dir.parent.name == environment.gpu_slug(torch.cuda.get_device_name(0))
-    assert meta["peaks"]["bf16_tflops"] > 0 and "clocks_end" in meta["env"]
+    assert meta["peaks"]["bf16_tflops"] > 0
+    (worker,) = meta["workers"]  # end clocks are per process: in its worker record
+    assert worker["state"] == "done" and worker["ended"]
+    start, end = worker["env"]["clocks_start"], worker["env"]["clocks_end"]
+    if shutil.which("nvidia-smi"):  # the clocks come from nvidia-smi
+        assert isinstance(end, dict) and set(end) == set(start)
     by_mode = df.set_index("mode")
     assert by_mode.loc["eager", "status"] == "ok" and by_mode.loc["graph", "status"] == "ok"
     assert by_mode.loc["kernels", "status"] == "unsupported"

@@ -26,7 +26,8 @@ def test_cache_round_trip_and_atomic_file(tmp_path: Path) -> None:
     autotune.TuningCache(path).put("k", config, {"tune_s": 1.0})
     assert autotune.TuningCache(path).get("k") == config
     assert autotune.TuningCache(path).get("other") is None
-    assert [p.name for p in path.parent.iterdir()] == ["tuning.json"]  # no temp files left
+    names = sorted(p.name for p in path.parent.iterdir())
+    assert names == ["tuning.json", "tuning.json.lock"]  # no temp files left
     assert json.loads(path.read_text())["format"] == autotune.CACHE_FORMAT
 
 
@@ -50,6 +51,30 @@ def test_corrupt_or_foreign_cache_is_reported_and_rebuilt(tmp_path: Path, conten
     assert cache.get("k") is None
     cache.put("k", DEFAULT_CONFIG, {})
     assert autotune.TuningCache(path).get("k") == DEFAULT_CONFIG
+
+
+def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: Path) -> None:
+    """Two processes (one per GPU) load the cache, tune for a while, then write."""
+    path = tmp_path / "tuning.json"
+    first, second = autotune.TuningCache(path), autotune.TuningCache(path)
+    first.put("shape-a", SSDConfig(out_occupancy=3), {})
+    second.put("shape-b", SSDConfig(out_occupancy=1), {})
+    merged = autotune.TuningCache(path)
+    assert merged.get("shape-a") == SSDConfig(out_occupancy=3)
+    assert merged.get("shape-b") == SSDConfig(out_occupancy=1)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"out_heads": 0}, {"out_heads": 3}, {"out_block_m": 48}, {"state_occupancy": 33}]
+)
+def test_unusable_configs_are_rejected(bad: dict) -> None:
+    with pytest.raises(ValueError, match="SSDConfig"):
+        SSDConfig(**bad)
+
+
+def test_kernel_source_hash_is_stable_and_short() -> None:
+    assert autotune.kernel_source_hash() == autotune.kernel_source_hash()
+    assert len(autotune.kernel_source_hash()) == 12
 
 
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:

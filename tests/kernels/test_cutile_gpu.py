@@ -130,6 +130,26 @@ def test_launch_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
 
 
+def test_profiler_prefixes_name_every_launched_kernel() -> None:
+    """The harness's kernels mode sums only kernels matching the provider's prefixes."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernels.cutile import KERNEL_PREFIXES
+    from kernels.cutile.ssd import ssd_forward
+
+    problem = replace(BASE, seqlen=4096)  # 16 chunks: the state walk is split into segments
+    kwargs = make_inputs(problem, seed=_seed("profiler"), device="cuda").kwargs()
+    ssd_forward(**kwargs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        ssd_forward(**kwargs)
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == DeviceType.CUDA}
+    assert any(name.startswith("segment_scan") for name in names), names
+    assert all(name.startswith(KERNEL_PREFIXES) for name in names), names
+
+
 def test_strided_slices_of_one_buffer() -> None:
     """x, B, C, dt as Mamba-2's fused path hands them: strided views into one projection buffer."""
     problem = replace(BASE, seqlen=777, nheads=8, ngroups=2, dstate=64)
