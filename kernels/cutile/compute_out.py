@@ -16,6 +16,7 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.chunk_cb import chunk_cb
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.tiles import pow2_tile
@@ -113,6 +114,47 @@ def _carried_state(
     return acc
 
 
+def _c_times_b(
+    C,
+    B,
+    c_first,
+    batch,
+    row_block,
+    group,
+    k_tile,
+    TM: int,
+    TK: int,
+    NS: int,
+    slices: int,
+    mma_dtype,
+):
+    """C[m]·B[k]ᵀ for one (TM, TK) tile, dstate consumed in NS-wide slices."""
+    cb = ct.zeros((TM, TK), dtype=ct.float32)
+    for s in range(slices):
+        c_s = c_first
+        if s > 0:
+            c_s = (
+                ct.load(
+                    C,
+                    index=(batch, row_block, group, s),
+                    shape=(1, TM, 1, NS),
+                    padding_mode=ct.PaddingMode.ZERO,
+                )
+                .reshape((TM, NS))
+                .astype(mma_dtype)
+            )
+        b_k = ct.load(
+            B,
+            index=(batch, s, group, k_tile),
+            shape=(1, NS, 1, TK),
+            order=(0, 3, 2, 1),
+            padding_mode=ct.PaddingMode.ZERO,
+            latency=2,
+        ).reshape((NS, TK))
+        cb = ct.mma(c_s, b_k.astype(mma_dtype), cb)
+    return cb
+
+
 def _intra_chunk(
     acc,
     cb,
@@ -176,6 +218,7 @@ def compute_out_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
+    cb_chunks,  # (b, nchunks, g, Q, Q) float32 from chunk_cb (unused unless CB_PRE)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
@@ -196,6 +239,7 @@ def compute_out_kernel(
     D_MODE: ConstInt,
     HAS_Z: ConstBool,
     SEGMENTED: ConstBool,
+    CB_PRE: ConstBool,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -272,29 +316,17 @@ def compute_out_kernel(
     k_blocks_per_chunk = Q // TK
     for k_block in range((m_block + 1) * (TM // TK)):
         k_tile = chunk * k_blocks_per_chunk + k_block
-        cb = ct.zeros((TM, TK), dtype=ct.float32)
-        for s in range(slices):
-            c_s = c_first
-            if s > 0:
-                c_s = (
-                    ct.load(
-                        C,
-                        index=(batch, row_block, group, s),
-                        shape=(1, TM, 1, NS),
-                        padding_mode=zero,
-                    )
-                    .reshape((TM, NS))
-                    .astype(mma_dtype)
-                )
-            b_k = ct.load(
-                B,
-                index=(batch, s, group, k_tile),
-                shape=(1, NS, 1, TK),
-                order=(0, 3, 2, 1),
-                padding_mode=zero,
+        if CB_PRE:
+            cb = ct.load(
+                cb_chunks,
+                index=(batch, chunk, group, m_block, k_block),
+                shape=(1, 1, 1, TM, TK),
                 latency=2,
-            ).reshape((NS, TK))
-            cb = ct.mma(c_s, b_k.astype(mma_dtype), cb)
+            ).reshape((TM, TK))
+        else:
+            cb = _c_times_b(
+                C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype
+            )
         causal = rows[:, None] >= (k_block * TK + ct.arange(TK, dtype=ct.int32))[None, :]
         acc0 = _intra_chunk(
             acc0,
@@ -369,7 +401,8 @@ def compute_out_launch(
     out: torch.Tensor,
     config: SSDConfig,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner."""
+    """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner. With
+    `config.out_cb` this also launches chunk_cb, whose output the arguments hold."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
@@ -387,11 +420,17 @@ def compute_out_launch(
     sp = state_pass
     segmented = sp.segments > 1
     unused = torch.empty(1, 1, 1, device=x.device)
+    cb_pre = bool(config.out_cb)
+    cb = (
+        chunk_cb(C, B, chunk_size, tm, tk)
+        if cb_pre
+        else torch.empty(1, 1, 1, 1, 1, device=x.device)
+    )
     args = (
-        x, B, C, sp.states,
+        x, B, C, cb, sp.states,
         sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
         sp.seg_decay if segmented else torch.empty_like(unused),
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
-        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented,
+        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
     )  # fmt: skip
     return grid, kernel, args

@@ -19,6 +19,10 @@ class SSDConfig:
     state_occupancy: int = 0
     # fwd_pass_state: runs of chunks walked in parallel (0 = enough to fill the GPU).
     state_segments: int = 0
+    # fwd_pass_state: decay weights applied to x (1) or to B (0, Triton's order), which decides
+    # which mma operand is computed in registers; heads per CTA sharing each B tile (1 or 2).
+    state_weight_x: int = 0
+    state_heads: int = 1
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -26,6 +30,8 @@ class SSDConfig:
     out_slice_n: int = 128
     out_occupancy: int = 2
     out_heads: int = 1
+    # compute_out reads C·Bᵀ computed once per group by chunk_cb (1) or computes it itself (0).
+    out_cb: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -53,6 +59,11 @@ class SSDConfig:
                 )
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
+        for name in ("out_cb", "state_weight_x"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.state_heads not in (1, 2):
+            raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)

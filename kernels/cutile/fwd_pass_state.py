@@ -29,6 +29,69 @@ ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
 
+def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HAS_INIT: bool):
+    """Segment 0 starts from the initial states (when given), every other segment from zero."""
+    state = ct.zeros((P, NB), dtype=ct.float32)
+    if HAS_INIT:
+        if seg == 0:
+            state = ct.load(
+                initial_states,
+                index=(batch, head, 0, nblock),
+                shape=(1, 1, P, NB),
+                padding_mode=ct.PaddingMode.ZERO,
+            ).reshape((P, NB))
+    return state
+
+
+def _weighted_x_b(
+    acc, x, b, dt_out, dA_cumsum, dA_last, batch, head, chunk, step, steps,
+    P: int, TQ: int, WEIGHT_X: bool, mma_dtype,
+):  # fmt: skip
+    """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
+    operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
+    dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
+    dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
+    # Decay from each position to the chunk end; min(…, 0) keeps exp() at most 1.
+    weight = ct.exp(ct.minimum(dA_last - dA, 0.0)) * dt
+    # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
+    xt = ct.load(
+        x,
+        index=(batch, 0, head, chunk * steps + step),
+        shape=(1, P, 1, TQ),
+        order=(0, 3, 2, 1),
+        padding_mode=ct.PaddingMode.ZERO,
+        latency=4,
+    ).reshape((P, TQ))
+    if WEIGHT_X:
+        xw = (xt.astype(ct.float32) * weight[None, :]).astype(mma_dtype)
+        return ct.mma(xw, b.astype(mma_dtype), acc)
+    bw = (b.astype(ct.float32) * weight[:, None]).astype(mma_dtype)
+    return ct.mma(xt.astype(mma_dtype), bw, acc)
+
+
+def _load_dA_last(dA_cumsum, batch, head, chunk, Q: int):
+    return ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape((1,))
+
+
+def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
+    ct.store(
+        states,
+        index=(batch, chunk, head, 0, nblock),
+        tile=state.reshape((1, 1, 1, P, NB)).astype(states.dtype),
+    )
+
+
+def _finish_segment(
+    seg_end, seg_total, state, log_decay, batch, seg, head, nblock, P: int, NB: int,
+    SEGMENTED: bool,
+):  # fmt: skip
+    """Record the segment's local end state (and, with segments, its total log decay)."""
+    ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=state.reshape((1, 1, 1, P, NB)))
+    if SEGMENTED:
+        if nblock == 0:
+            ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
+
+
 @ct.kernel
 def fwd_pass_state_kernel(
     x,  # (b, l, h, p)
@@ -48,80 +111,83 @@ def fwd_pass_state_kernel(
     P: ConstInt,
     NB: ConstInt,
     TQ: ConstInt,
+    HS: ConstInt,
+    WEIGHT_X: ConstBool,
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
 ):
     nblock = ct.bid(0)
-    head = ct.bid(1)
+    head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch = ct.bid(2) // segments
     seg = ct.bid(2) % segments
     group = head // heads_per_group
-    zero = ct.PaddingMode.ZERO
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
     steps = Q // TQ
     first = seg * seg_len
     last = min(first + seg_len, nchunks)
 
-    state = ct.zeros((P, NB), dtype=ct.float32)
-    if HAS_INIT:
-        if seg == 0:
-            state = ct.load(
-                initial_states,
-                index=(batch, head, 0, nblock),
-                shape=(1, 1, P, NB),
-                padding_mode=zero,
-            ).reshape((P, NB))
-    log_decay = ct.zeros((1,), dtype=ct.float32)
+    state0 = _initial_state(initial_states, batch, head, nblock, seg, P, NB, HAS_INIT)
+    state1 = state0
+    if HS == 2:
+        state1 = _initial_state(initial_states, batch, head + 1, nblock, seg, P, NB, HAS_INIT)
+    log_decay0 = ct.zeros((1,), dtype=ct.float32)
+    log_decay1 = log_decay0
 
     for chunk in range(first, last):
-        ct.store(
-            states,
-            index=(batch, chunk, head, 0, nblock),
-            tile=state.reshape((1, 1, 1, P, NB)).astype(states.dtype),
-        )
-        dA_last = ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape(
-            (1,)
-        )
+        _store_state(states, state0, batch, chunk, head, nblock, P, NB)
+        dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
+        dA_last1 = dA_last0
+        if HS == 2:
+            _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
+            dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
         if SEGMENTED:
             if nblock == 0:
                 ct.store(
-                    seg_decay, index=(batch, head, chunk), tile=ct.exp(log_decay).reshape((1, 1, 1))
+                    seg_decay,
+                    index=(batch, head, chunk),
+                    tile=ct.exp(log_decay0).reshape((1, 1, 1)),
                 )
-            log_decay = log_decay + dA_last
-        acc = state * ct.exp(dA_last)
+                if HS == 2:
+                    ct.store(
+                        seg_decay,
+                        index=(batch, head + 1, chunk),
+                        tile=ct.exp(log_decay1).reshape((1, 1, 1)),
+                    )
+            log_decay0 = log_decay0 + dA_last0
+            if HS == 2:
+                log_decay1 = log_decay1 + dA_last1
+        # The decayed state is the mma's initial accumulator: the state jump costs no extra pass.
+        acc0 = state0 * ct.exp(dA_last0)
+        acc1 = acc0
+        if HS == 2:
+            acc1 = state1 * ct.exp(dA_last1)
         for step in range(steps):
-            dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape(
-                (TQ,)
-            )
-            dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape(
-                (TQ,)
-            )
-            # Decay from each position to the chunk end; min(…, 0) keeps exp() at most 1.
-            weight = ct.exp(ct.minimum(dA_last - dA, 0.0)) * dt
-            # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
-            xt = ct.load(
-                x,
-                index=(batch, 0, head, chunk * steps + step),
-                shape=(1, P, 1, TQ),
-                order=(0, 3, 2, 1),
-                padding_mode=zero,
-                latency=4,
-            ).reshape((P, TQ))
             b = ct.load(
                 B,
                 index=(batch, chunk * steps + step, group, nblock),
                 shape=(1, TQ, 1, NB),
-                padding_mode=zero,
+                padding_mode=ct.PaddingMode.ZERO,
                 latency=4,
             ).reshape((TQ, NB))
-            b_weighted = (b.astype(ct.float32) * weight[:, None]).astype(mma_dtype)
-            acc = ct.mma(xt.astype(mma_dtype), b_weighted, acc)
-        state = acc
+            acc0 = _weighted_x_b(
+                acc0, x, b, dt_out, dA_cumsum, dA_last0, batch, head, chunk, step, steps,
+                P, TQ, WEIGHT_X, mma_dtype,
+            )  # fmt: skip
+            if HS == 2:
+                acc1 = _weighted_x_b(
+                    acc1, x, b, dt_out, dA_cumsum, dA_last1, batch, head + 1, chunk, step, steps,
+                    P, TQ, WEIGHT_X, mma_dtype,
+                )  # fmt: skip
+        state0 = acc0
+        state1 = acc1
 
-    ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=state.reshape((1, 1, 1, P, NB)))
-    if SEGMENTED:
-        if nblock == 0:
-            ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
+    _finish_segment(
+        seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED
+    )
+    if HS == 2:
+        _finish_segment(
+            seg_end, seg_total, state1, log_decay1, batch, seg, head + 1, nblock, P, NB, SEGMENTED
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +238,9 @@ def fwd_pass_state_launch(
     nb = min(config.state_block_n, pow2_tile(dstate))
     tq = min(config.state_block_q, chunk_size)
     nblocks = -(-dstate // nb)
+    hs = config.state_heads if (nheads // ngroups) % config.state_heads == 0 else 1
     segments, seg_len = _segments(
-        config.state_segments, nchunks, batch * nheads * nblocks, x.device
+        config.state_segments, nchunks, batch * nheads // hs * nblocks, x.device
     )
     device, f32 = x.device, torch.float32
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
@@ -184,7 +251,7 @@ def fwd_pass_state_launch(
         else ((1, 1, 1), (1, 1, 1))
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
-    grid = (nblocks, nheads, batch * segments)
+    grid = (nblocks, nheads // hs, batch * segments)
     kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, dt_out, dA_cumsum,
@@ -192,8 +259,8 @@ def fwd_pass_state_launch(
         states, seg_end,
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
-        nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq,
-        initial_states is not None, segments > 1,
+        nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
+        bool(config.state_weight_x), initial_states is not None, segments > 1,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -20,6 +20,7 @@ from cuda.tile.compilation import (  # noqa: E402
     export_kernel,
 )
 
+from kernels.cutile.chunk_cb import chunk_cb_kernel  # noqa: E402
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel  # noqa: E402
 from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel  # noqa: E402
 from kernels.cutile.config import SSDConfig, default_config, with_occupancy  # noqa: E402
@@ -67,13 +68,19 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
 
 
 def state_signature(
-    dtype: str, headdim: int, init: bool, segmented: bool, block_q: int = CONFIG.state_block_q
+    dtype: str,
+    headdim: int,
+    init: bool,
+    segmented: bool,
+    block_q: int = CONFIG.state_block_q,
+    heads: int = 1,
+    weight_x: bool = False,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
     arrays += [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, CONFIG.state_block_n, block_q, init, segmented]
+    constants = [256, headdim, CONFIG.state_block_n, block_q, heads, weight_x, init, segmented]
     return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
@@ -94,16 +101,26 @@ def out_signature(
     has_z: bool,
     heads: int = 1,
     segmented: bool = False,
+    cb_pre: bool = False,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
-    arrays = [array(t, 4)] * 3 + [array(t, 5), array(t, 5), array(f32, 3)]
+    arrays = [array(t, 4)] * 3 + [array(f32, 5), array(t, 5), array(t, 5), array(f32, 3)]
     arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
     slice_n = min(CONFIG.out_slice_n, dstate)
     constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
-    constants += [d_mode, has_z, segmented]
+    constants += [d_mode, has_z, segmented, cb_pre]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
+    )
+
+
+def cb_signature(dtype: str, dstate: int) -> KernelSignature:
+    t = DTYPES[dtype]
+    arrays = [array(t, 4), array(t, 4), array(ct.float32, 5)]
+    constants = [256, min(128, dstate), dstate, CONFIG.out_block_m, CONFIG.out_block_k]
+    return KernelSignature(
+        arrays + [ScalarConstraint(ct.int32)] + constants, CallingConvention.cutile_python_v2()
     )
 
 
@@ -111,23 +128,47 @@ def default_sweep_out(dstate: int, segmented: bool):
     """compute_out as the default sweep launches it at this dstate, occupancy hint included."""
     cfg = default_config(dstate)
     kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
-    signature = out_signature("bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented)
+    signature = out_signature(
+        "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, bool(cfg.out_cb)
+    )
     return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}-seg{int(segmented)}")
 
 
-STATE_DEFAULT = with_occupancy(fwd_pass_state_kernel, default_config(128).state_occupancy)
+def default_sweep_state(dstate: int, segmented: bool):
+    """fwd_pass_state as the default sweep launches it at this dstate."""
+    cfg = default_config(dstate)
+    kernel = with_occupancy(fwd_pass_state_kernel, cfg.state_occupancy)
+    signature = state_signature(
+        "bfloat16",
+        64,
+        False,
+        segmented,
+        cfg.state_block_q,
+        cfg.state_heads,
+        bool(cfg.state_weight_x),
+    )
+    return pytest.param(kernel, signature, id=f"state-bf16-N{dstate}-seg{int(segmented)}")
+
+
 CASES = [
     pytest.param(chunk_cumsum_kernel, cumsum_signature("bfloat16", True, True), id="cumsum"),
-    pytest.param(STATE_DEFAULT, state_signature("bfloat16", 64, False, True), id="state-bf16"),
-    pytest.param(
-        STATE_DEFAULT,
-        state_signature("bfloat16", 64, False, False, default_config(256).state_block_q),
-        id="state-bf16-N256-whole-walk",
-    ),
+    *[default_sweep_state(n, seg) for n in (64, 128, 256) for seg in (False, True)],
     pytest.param(
         fwd_pass_state_kernel,
         state_signature("float32", 64, True, False),
         id="state-fp32-init-one-segment",
+    ),
+    pytest.param(
+        fwd_pass_state_kernel,
+        state_signature("float16", 64, True, True, 64, 2, True),
+        id="state-fp16-init-two-heads-weight-x",
+    ),
+    pytest.param(chunk_cb_kernel, cb_signature("bfloat16", 256), id="cb-bf16-N256"),
+    pytest.param(chunk_cb_kernel, cb_signature("float32", 16), id="cb-fp32-N16"),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("bfloat16", 64, 64, D_PER_HEAD, False, 2, True, True),
+        id="out-bf16-cb-two-heads-seg",
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],

@@ -1,0 +1,82 @@
+"""chunk_cb: C·Bᵀ within each chunk, once per group, for compute_out to read.
+
+Every head of a group uses the same (Q × Q) product C[m]·B[k], so computing it inside compute_out
+repeats it once per head (or per head pair); at dstate 256 it costs four times the x product.
+Here it is computed once per (chunk, group) in fp32, only the tiles on or below the diagonal that
+compute_out reads with the same (TM, TK) tiling, so nothing unwritten is ever read. The heads of a
+group read it back from L2 (compute_out orders its grid heads fastest).
+"""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.tiles import pow2_tile
+
+ConstInt = ct.Constant[int]
+
+
+@ct.kernel
+def chunk_cb_kernel(
+    C,  # (b, l, g, n)
+    B,  # (b, l, g, n)
+    cb,  # (b, nchunks, g, Q, Q) float32; tiles above the diagonal are left unwritten
+    ngroups: int,
+    Q: ConstInt,
+    NS: ConstInt,
+    N: ConstInt,
+    TM: ConstInt,
+    TK: ConstInt,
+):
+    row_block = ct.bid(0)  # TM-row block along the sequence
+    group = ct.bid(1) % ngroups
+    batch = ct.bid(1) // ngroups
+    blocks_per_chunk = Q // TM
+    chunk = row_block // blocks_per_chunk
+    m_block = row_block % blocks_per_chunk
+    zero = ct.PaddingMode.ZERO
+    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
+    slices = N // NS
+    k_blocks_per_chunk = Q // TK
+    for k_block in range((m_block + 1) * (TM // TK)):
+        acc = ct.zeros((TM, TK), dtype=ct.float32)
+        for s in range(slices):
+            c = ct.load(
+                C, index=(batch, row_block, group, s), shape=(1, TM, 1, NS), padding_mode=zero
+            )
+            b = ct.load(
+                B,
+                index=(batch, s, group, chunk * k_blocks_per_chunk + k_block),
+                shape=(1, NS, 1, TK),
+                order=(0, 3, 2, 1),
+                padding_mode=zero,
+            )
+            acc = ct.mma(
+                c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
+            )
+        ct.store(
+            cb, index=(batch, chunk, group, m_block, k_block), tile=acc.reshape((1, 1, 1, TM, TK))
+        )
+
+
+def chunk_cb(
+    C: torch.Tensor, B: torch.Tensor, chunk_size: int, block_m: int, block_k: int
+) -> torch.Tensor:
+    """Launch chunk_cb; returns (b, nchunks, g, Q, Q) fp32, valid on and below the diagonal in
+    (block_m, block_k) tiles (the tiling compute_out reads it with)."""
+    batch, seqlen, ngroups, dstate = C.shape
+    nchunks = -(-seqlen // chunk_size)
+    n_tile = pow2_tile(dstate)
+    ns = min(128, n_tile)
+    cb = torch.empty(
+        batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=torch.float32
+    )
+    grid = (nchunks * (chunk_size // block_m), batch * ngroups, 1)
+    ct.launch(
+        torch.cuda.current_stream(),
+        grid,
+        chunk_cb_kernel,
+        (C, B, cb, ngroups, chunk_size, ns, n_tile, block_m, block_k),
+    )
+    return cb

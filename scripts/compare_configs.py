@@ -1,0 +1,122 @@
+"""Compare cuTile SSD launch configurations at a few shapes, per kernel, on one GPU.
+
+For trying a kernel change before it becomes a default: every variant (a set of SSDConfig fields
+over `default_config(dstate)`) is first checked against the float64 reference at the point's
+own inputs (output and final states, poisoned allocator), then timed with the harness's own
+timing (CUDA-graph replay, cold L2, all variants and Triton interleaved) and its per-kernel device
+times. Prints one table at the end and, with --out, appends every row as a JSON line as soon as
+it is measured.
+
+    python scripts/compare_configs.py --shapes 16384:64:256,65536:32:64 \
+        --variant base={} --variant cb='{"out_cb": 1}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import correctness  # noqa: E402
+from harness.inputs import make_inputs  # noqa: E402
+from harness.problem import Problem, output_bytes  # noqa: E402
+from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
+from kernels import reference, triton_ssd  # noqa: E402
+from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
+from kernels.cutile.config import SSDConfig, default_config  # noqa: E402
+from kernels.cutile.ssd import ssd_forward  # noqa: E402
+
+
+def parse_shape(text: str) -> Problem:
+    seqlen, nheads, dstate = (int(v) for v in text.split(":"))
+    return Problem(
+        seqlen=seqlen, nheads=nheads, dstate=dstate, dtype="bfloat16", return_final_states=True
+    )
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    name, _, fields = text.partition("=")
+    overrides = json.loads(fields or "{}")
+    SSDConfig(**overrides)  # unknown or bad fields fail here, before any GPU work
+    return name, overrides
+
+
+def check(kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:
+    """(relative error of out, of final states) against the float64 reference."""
+    correctness.poison_cuda_allocator("cuda", output_bytes(kwargs["problem"]))
+    call = {k: v for k, v in kwargs.items() if k != "problem"}
+    out, final = ssd_forward(**call, config=config)
+    return correctness.relative_error(out, ref[0]), correctness.relative_error(final, ref[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate,... (bf16, P=64)")
+    parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
+    parser.add_argument("--max-seconds", type=float, default=1.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    problems = [parse_shape(s) for s in args.shapes.split(",")]
+    variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
+    timer = CudaTimer()
+    rows = []
+    for problem in problems:
+        inputs = make_inputs(problem, seed=0, device="cuda")
+        kwargs = inputs.kwargs()
+        ref = reference.ssd_forward(**kwargs)
+        kwargs_p = {**kwargs, "problem": problem}
+        calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
+                      triton_ssd.KERNEL_NAMES)]  # fmt: skip
+        errors = {}
+        for name, overrides in variants:
+            config = dataclasses.replace(default_config(problem.dstate), **overrides)
+            try:
+                errors[name] = check(kwargs_p, config, ref)
+            except Exception as exc:  # one broken variant must not lose the others
+                errors[name] = (float("nan"), float("nan"))
+                print(f"{problem.key()} {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+            fn = functools.partial(ssd_forward, **kwargs, config=config)
+            calls.append(Call(name, fn, KERNEL_PREFIXES))
+        del ref
+        graph = {m.name: m for m in measure(calls, "graph", policy, timer)}
+        kernels = {m.name: m for m in measure(calls, "kernels", policy, timer)}
+        base = graph["triton"].summary.median if graph["triton"].summary else float("nan")
+        for call in calls:
+            g, k = graph[call.name], kernels[call.name]
+            ms = g.summary.median if g.summary else float("nan")
+            rows.append(
+                {
+                    "point": problem.key(),
+                    "variant": call.name,
+                    "err_out": errors.get(call.name, (None, None))[0],
+                    "err_final": errors.get(call.name, (None, None))[1],
+                    "graph_ms": ms,
+                    "speedup": base / ms,
+                    "kernel_ms": {n: round(t, 4) for n, t in k.kernel_ms.items()},
+                    "error": g.error or k.error,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+            if args.out:
+                with args.out.open("a") as log:
+                    log.write(json.dumps(rows[-1]) + "\n")
+    print(f"\n{'point':<46} {'variant':<14} {'err':>8} {'graph ms':>9} {'x':>6}  kernels")
+    for r in rows:
+        err = "" if r["err_out"] is None else f"{r['err_out']:.1e}"
+        kern = " ".join(f"{n[:12]}={t:.3f}" for n, t in r["kernel_ms"].items())
+        print(
+            f"{r['point'][:46]:<46} {r['variant']:<14} {err:>8} {r['graph_ms']:>9.4f} "
+            f"{r['speedup']:>6.3f}  {kern}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
