@@ -83,10 +83,11 @@ DEFAULT_CONFIG = SSDConfig()
 def default_config(dstate: int) -> SSDConfig:
     """The untuned launch configuration for a state size (docs/performance.md has the evidence).
 
-    Two CTAs per SM for the state walk. compute_out: three CTAs per SM up to dstate 128; from 256
-    on two, with two heads sharing each C·Bᵀ tile (it then costs four times the x product), and
-    the state walk left whole: the segment correction pushes that compute_out past its registers
-    (the H200 default sweep at c18018e ran 0.75-0.85x of Triton with it, 1.1x without).
+    The state walk puts the decay weights on x, so the operand computed in registers is the mma's
+    left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM.
+    compute_out: three CTAs per SM up to dstate 128; from 256 on two, with C·Bᵀ computed once per
+    group by chunk_cb and read by pairs of heads, and the state walk left whole (one segment:
+    the walkers already fill the GPU).
     """
     if dstate > 128:
         return replace(
@@ -94,10 +95,12 @@ def default_config(dstate: int) -> SSDConfig:
             state_occupancy=2,
             state_block_q=256,
             state_segments=1,
+            state_weight_x=1,
             out_occupancy=2,
             out_heads=2,
+            out_cb=1,
         )
-    return replace(DEFAULT_CONFIG, state_occupancy=2, out_occupancy=3)
+    return replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, out_occupancy=3)
 
 
 _HINTED: dict[tuple[int, int], object] = {}
