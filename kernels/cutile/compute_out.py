@@ -389,6 +389,12 @@ def compute_out(
     return out
 
 
+def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
+    """(rows per CTA, causal k-tile) of compute_out, clamped to the chunk; chunk_cb tiles alike."""
+    tm = min(config.out_block_m, chunk_size)
+    return tm, min(config.out_block_k, tm)
+
+
 def compute_out_launch(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -406,8 +412,7 @@ def compute_out_launch(
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
-    tm = min(config.out_block_m, chunk_size)
-    tk = min(config.out_block_k, tm)
+    tm, tk = compute_out_tiles(config, chunk_size)
     n_tile = pow2_tile(dstate)
     ns = min(config.out_slice_n, n_tile)
     d_mode = D_NONE if D is None else (D_PER_HEAD if D.dim() == 1 else D_PER_HEAD_DIM)

@@ -114,11 +114,16 @@ def test_matches_reference(name: str) -> None:
 
 # Launch configurations the autotuner may pick, beyond the defaults the cases above use: forced
 # segments (with initial states and a ragged tail), two heads per CTA with narrow state slices,
-# one unsplit walk with whole-chunk steps.
+# one unsplit walk with whole-chunk steps, either operand carrying the walk's decay weights with
+# two heads sharing B, and C·Bᵀ from chunk_cb with square and with tall compute_out tiles.
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
     "one-segment-wide": SSDConfig(state_segments=1, state_block_q=256, state_block_n=128),
+    "weights-on-x-two-heads": SSDConfig(state_weight_x=1, state_heads=2, state_segments=3),
+    "weights-on-b-two-heads": SSDConfig(state_weight_x=0, state_heads=2, state_segments=1),
+    "cb-two-heads-segments": SSDConfig(out_cb=1, out_heads=2, state_segments=3),
+    "cb-tall-rows": SSDConfig(out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64),
 }
 
 
@@ -130,7 +135,11 @@ def test_launch_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
 
 
-def test_profiler_prefixes_name_every_launched_kernel() -> None:
+@pytest.mark.parametrize(
+    ("dstate", "expected"),
+    [(64, "segment_scan"), (256, "chunk_cb")],  # 16 chunks: segments at 64; chunk_cb at 256
+)
+def test_profiler_prefixes_name_every_launched_kernel(dstate: int, expected: str) -> None:
     """The harness's kernels mode sums only kernels matching the provider's prefixes."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -138,7 +147,7 @@ def test_profiler_prefixes_name_every_launched_kernel() -> None:
     from kernels.cutile import KERNEL_PREFIXES
     from kernels.cutile.ssd import ssd_forward
 
-    problem = replace(BASE, seqlen=4096)  # 16 chunks: the state walk is split into segments
+    problem = replace(BASE, seqlen=4096, dstate=dstate)
     kwargs = make_inputs(problem, seed=_seed("profiler"), device="cuda").kwargs()
     ssd_forward(**kwargs)
     torch.cuda.synchronize()
@@ -146,7 +155,7 @@ def test_profiler_prefixes_name_every_launched_kernel() -> None:
         ssd_forward(**kwargs)
         torch.cuda.synchronize()
     names = {e.name for e in prof.events() if e.device_type == DeviceType.CUDA}
-    assert any(name.startswith("segment_scan") for name in names), names
+    assert any(name.startswith(expected) for name in names), names
     assert all(name.startswith(KERNEL_PREFIXES) for name in names), names
 
 
