@@ -84,23 +84,25 @@ def default_config(dstate: int) -> SSDConfig:
     """The untuned launch configuration for a state size (docs/performance.md has the evidence).
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
-    left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM.
-    compute_out: three CTAs per SM up to dstate 128; from 256 on two, with C·Bᵀ computed once per
-    group by chunk_cb and read by pairs of heads, and the state walk left whole (one segment:
-    the walkers already fill the GPU).
+    left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
+    chunks per mma step up to dstate 64, 128 state columns per CTA at 128. compute_out: four CTAs
+    per SM up to dstate 64, three at 128; from 256 on two, with C·Bᵀ computed once per group by
+    chunk_cb and read by pairs of heads, and the state walk left whole (one segment: the walkers
+    already fill the GPU, and the segment correction would cost compute_out ~14 %).
     """
-    if dstate > 128:
-        return replace(
-            DEFAULT_CONFIG,
-            state_occupancy=2,
-            state_block_q=256,
-            state_segments=1,
-            state_weight_x=1,
-            out_occupancy=2,
-            out_heads=2,
-            out_cb=1,
-        )
-    return replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, out_occupancy=3)
+    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
+    if dstate <= 64:
+        return replace(walk, state_block_q=256, out_occupancy=4)
+    if dstate <= 128:
+        return replace(walk, state_block_n=128, out_occupancy=3)
+    return replace(
+        walk,
+        state_block_q=256,
+        state_segments=1,
+        out_occupancy=2,
+        out_heads=2,
+        out_cb=1,
+    )
 
 
 _HINTED: dict[tuple[int, int], object] = {}
