@@ -164,7 +164,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
 
     from kernels.cutile.chunk_cb import chunk_cb
     from kernels.cutile.chunk_cumsum import chunk_cumsum
-    from kernels.cutile.compute_out import compute_out_launch, compute_out_tiles
+    from kernels.cutile.compute_out import cb_dtype, compute_out_launch, compute_out_tiles
     from kernels.cutile.fwd_pass_state import fwd_pass_state, fwd_pass_state_launch
 
     x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
@@ -217,12 +217,14 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
         lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, c),
     )
     state_pass = fwd_pass_state(x, B, dt_out, dA, init, state_best)
-    cb_us = functools.cache(lambda tm, tk: _device_us(lambda: chunk_cb(C, B, chunk_size, tm, tk)))
+    cb_us = functools.cache(
+        lambda tm, tk, dtype: _device_us(lambda: chunk_cb(C, B, chunk_size, tm, tk, dtype))
+    )
     best, out_info = search(
         state_best,
         out_candidates(dstate, chunk_size),
         lambda c: compute_out_launch(x, B, C, state_pass, dt_out, dA, D, kwargs.get("z"), out, c),
-        lambda c: cb_us(*compute_out_tiles(c, chunk_size)) if c.out_cb else 0.0,
+        lambda c: cb_us(*compute_out_tiles(c, chunk_size), cb_dtype(c, x.dtype)) if c.out_cb else 0,
     )
     details = {
         "fwd_pass_state": state_info,

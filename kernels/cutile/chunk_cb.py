@@ -21,7 +21,7 @@ ConstInt = ct.Constant[int]
 def chunk_cb_kernel(
     C,  # (b, l, g, n)
     B,  # (b, l, g, n)
-    cb,  # (b, nchunks, g, Q, Q) float32; tiles above the diagonal are left unwritten
+    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype; tiles above the diagonal left unwritten
     ngroups: int,
     Q: ConstInt,
     NS: ConstInt,
@@ -56,22 +56,28 @@ def chunk_cb_kernel(
                 c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
             )
         ct.store(
-            cb, index=(batch, chunk, group, m_block, k_block), tile=acc.reshape((1, 1, 1, TM, TK))
+            cb,
+            index=(batch, chunk, group, m_block, k_block),
+            tile=acc.astype(cb.dtype).reshape((1, 1, 1, TM, TK)),
         )
 
 
 def chunk_cb(
-    C: torch.Tensor, B: torch.Tensor, chunk_size: int, block_m: int, block_k: int
+    C: torch.Tensor,
+    B: torch.Tensor,
+    chunk_size: int,
+    block_m: int,
+    block_k: int,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Launch chunk_cb; returns (b, nchunks, g, Q, Q) fp32, valid on and below the diagonal in
-    (block_m, block_k) tiles (the tiling compute_out reads it with)."""
+    """Launch chunk_cb; returns (b, nchunks, g, Q, Q) in `dtype` (fp32 as Triton keeps it, or
+    C's dtype for half the traffic), valid on and below the diagonal in (block_m, block_k) tiles
+    (the tiling compute_out reads it with)."""
     batch, seqlen, ngroups, dstate = C.shape
     nchunks = -(-seqlen // chunk_size)
     n_tile = pow2_tile(dstate)
     ns = min(128, n_tile)
-    cb = torch.empty(
-        batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=torch.float32
-    )
+    cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
     grid = (nchunks * (chunk_size // block_m), batch * ngroups, 1)
     ct.launch(
         torch.cuda.current_stream(),

@@ -218,7 +218,7 @@ def compute_out_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
-    cb_chunks,  # (b, nchunks, g, Q, Q) float32 from chunk_cb (unused unless CB_PRE)
+    cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
@@ -317,12 +317,16 @@ def compute_out_kernel(
     for k_block in range((m_block + 1) * (TM // TK)):
         k_tile = chunk * k_blocks_per_chunk + k_block
         if CB_PRE:
-            cb = ct.load(
-                cb_chunks,
-                index=(batch, chunk, group, m_block, k_block),
-                shape=(1, 1, 1, TM, TK),
-                latency=2,
-            ).reshape((TM, TK))
+            cb = (
+                ct.load(
+                    cb_chunks,
+                    index=(batch, chunk, group, m_block, k_block),
+                    shape=(1, 1, 1, TM, TK),
+                    latency=2,
+                )
+                .reshape((TM, TK))
+                .astype(ct.float32)
+            )
         else:
             cb = _c_times_b(
                 C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype
@@ -395,6 +399,11 @@ def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
     return tm, min(config.out_block_k, tm)
 
 
+def cb_dtype(config: SSDConfig, input_dtype: torch.dtype) -> torch.dtype:
+    """dtype chunk_cb stores C·Bᵀ in under `config.out_cb`."""
+    return torch.float32 if config.out_cb == 1 else input_dtype
+
+
 def compute_out_launch(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -427,7 +436,7 @@ def compute_out_launch(
     unused = torch.empty(1, 1, 1, device=x.device)
     cb_pre = bool(config.out_cb)
     cb = (
-        chunk_cb(C, B, chunk_size, tm, tk)
+        chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype))
         if cb_pre
         else torch.empty(1, 1, 1, 1, 1, device=x.device)
     )

@@ -30,7 +30,8 @@ class SSDConfig:
     out_slice_n: int = 128
     out_occupancy: int = 2
     out_heads: int = 1
-    # compute_out reads C·Bᵀ computed once per group by chunk_cb (1) or computes it itself (0).
+    # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
+    # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
     out_cb: int = 0
 
     def __post_init__(self) -> None:
@@ -59,9 +60,10 @@ class SSDConfig:
                 )
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        for name in ("out_cb", "state_weight_x"):
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.state_weight_x not in (0, 1):
+            raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
+        if self.out_cb not in (0, 1, 2):
+            raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):
             raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 

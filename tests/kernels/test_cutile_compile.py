@@ -75,12 +75,13 @@ def state_signature(
     block_q: int = CONFIG.state_block_q,
     heads: int = 1,
     weight_x: bool = False,
+    block_n: int = CONFIG.state_block_n,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
     arrays += [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, CONFIG.state_block_n, block_q, heads, weight_x, init, segmented]
+    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented]
     return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
@@ -101,23 +102,24 @@ def out_signature(
     has_z: bool,
     heads: int = 1,
     segmented: bool = False,
-    cb_pre: bool = False,
+    cb: int = 0,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
-    arrays = [array(t, 4)] * 3 + [array(f32, 5), array(t, 5), array(t, 5), array(f32, 3)]
+    cb_array = array(f32 if cb < 2 else t, 5)
+    arrays = [array(t, 4)] * 3 + [cb_array, array(t, 5), array(t, 5), array(f32, 3)]
     arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
     slice_n = min(CONFIG.out_slice_n, dstate)
     constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
-    constants += [d_mode, has_z, segmented, cb_pre]
+    constants += [d_mode, has_z, segmented, cb > 0]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
     )
 
 
-def cb_signature(dtype: str, dstate: int) -> KernelSignature:
+def cb_signature(dtype: str, dstate: int, out_dtype: str = "float32") -> KernelSignature:
     t = DTYPES[dtype]
-    arrays = [array(t, 4), array(t, 4), array(ct.float32, 5)]
+    arrays = [array(t, 4), array(t, 4), array(DTYPES[out_dtype], 5)]
     constants = [256, min(128, dstate), dstate, CONFIG.out_block_m, CONFIG.out_block_k]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] + constants, CallingConvention.cutile_python_v2()
@@ -129,7 +131,7 @@ def default_sweep_out(dstate: int, segmented: bool):
     cfg = default_config(dstate)
     kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
     signature = out_signature(
-        "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, bool(cfg.out_cb)
+        "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, cfg.out_cb
     )
     return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}-seg{int(segmented)}")
 
@@ -146,6 +148,7 @@ def default_sweep_state(dstate: int, segmented: bool):
         cfg.state_block_q,
         cfg.state_heads,
         bool(cfg.state_weight_x),
+        min(cfg.state_block_n, dstate),
     )
     return pytest.param(kernel, signature, id=f"state-bf16-N{dstate}-seg{int(segmented)}")
 
@@ -166,9 +169,17 @@ CASES = [
     pytest.param(chunk_cb_kernel, cb_signature("bfloat16", 256), id="cb-bf16-N256"),
     pytest.param(chunk_cb_kernel, cb_signature("float32", 16), id="cb-fp32-N16"),
     pytest.param(
+        chunk_cb_kernel, cb_signature("bfloat16", 128, "bfloat16"), id="cb-bf16-N128-stored-bf16"
+    ),
+    pytest.param(
         compute_out_kernel,
-        out_signature("bfloat16", 64, 64, D_PER_HEAD, False, 2, True, True),
+        out_signature("bfloat16", 64, 64, D_PER_HEAD, False, 2, True, 1),
         id="out-bf16-cb-two-heads-seg",
+    ),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, 2, False, 2),
+        id="out-bf16-N256-cb-stored-bf16",
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],
