@@ -65,20 +65,25 @@ def package_versions() -> dict[str, str | None]:
 def git_state() -> dict[str, object]:
     """Commit of the working tree and whether tracked files differ from it.
 
-    A tree copied to a GPU node without its .git (rsync of a checkout, a batch system's staging)
-    cannot answer; then SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY (0 or 1), set by whoever made the
-    copy, are recorded, with "source" saying so.
+    Whoever copies a tree to a GPU node (rsync of a checkout, a batch system's staging) may set
+    SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY (0 or 1); the copy's own .git may be missing or,
+    worse, stale (a snapshot of an older checkout), so when they are set they win, with "source"
+    saying so and what the local git answered kept beside them.
     """
     commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    if commit is None and os.environ.get("SSDBENCH_GIT_COMMIT"):
+    status = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+    local = {"commit": commit, "dirty": None if status is None else bool(status)}
+    if os.environ.get("SSDBENCH_GIT_COMMIT"):
         dirty = os.environ.get("SSDBENCH_GIT_DIRTY")
-        return {
+        state = {
             "commit": os.environ["SSDBENCH_GIT_COMMIT"],
             "dirty": None if dirty is None else dirty == "1",
             "source": "SSDBENCH_GIT_COMMIT",
         }
-    status = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+        if commit is not None:
+            state["local_git"] = local
+        return state
+    return local
 
 
 def _smi_selector(index: int) -> str:

@@ -34,6 +34,19 @@ def test_git_state_from_the_environment_without_git(monkeypatch: pytest.MonkeyPa
     assert state == {"commit": "feedbeef", "dirty": False, "source": "SSDBENCH_GIT_COMMIT"}
 
 
+def test_commit_set_by_the_copier_wins_over_a_stale_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"rev-parse": "01dc0de", "status": " M kernels/cutile/ssd.py"}
+    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: answers[cmd[3]])
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "feedbeef")
+    monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "0")
+    assert environment.git_state() == {
+        "commit": "feedbeef",
+        "dirty": False,
+        "source": "SSDBENCH_GIT_COMMIT",
+        "local_git": {"commit": "01dc0de", "dirty": True},
+    }
+
+
 def test_missing_command_is_none() -> None:
     assert environment._run(["ssdbench-no-such-command-xyz"]) is None
 
