@@ -27,23 +27,6 @@ ConstBool = ct.Constant[bool]
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
 
-def _c_slice(C, c_first, batch, row_block, group, s, TM: int, NS: int, mma_dtype):
-    """Slice s of C's (TM, dstate) rows: the resident first slice, or the next one from L2."""
-    c_s = c_first
-    if s > 0:
-        c_s = (
-            ct.load(
-                C,
-                index=(batch, row_block, group, s),
-                shape=(1, TM, 1, NS),
-                padding_mode=ct.PaddingMode.ZERO,
-            )
-            .reshape((TM, NS))
-            .astype(mma_dtype)
-        )
-    return c_s
-
-
 def _c_times_state(
     C,
     states,
@@ -62,7 +45,18 @@ def _c_times_state(
     """C[m]·hᵀ for one head with h = states[batch, slot, head], loaded as (NS, P) tiles."""
     acc = ct.zeros((TM, P), dtype=ct.float32)
     for s in range(slices):
-        c_s = _c_slice(C, c_first, batch, row_block, group, s, TM, NS, mma_dtype)
+        c_s = c_first
+        if s > 0:
+            c_s = (
+                ct.load(
+                    C,
+                    index=(batch, row_block, group, s),
+                    shape=(1, TM, 1, NS),
+                    padding_mode=ct.PaddingMode.ZERO,
+                )
+                .reshape((TM, NS))
+                .astype(mma_dtype)
+            )
         state_t = ct.load(
             states,
             index=(batch, slot, head, s, 0),
@@ -137,7 +131,18 @@ def _c_times_b(
     """C[m]·B[k]ᵀ for one (TM, TK) tile, dstate consumed in NS-wide slices."""
     cb = ct.zeros((TM, TK), dtype=ct.float32)
     for s in range(slices):
-        c_s = _c_slice(C, c_first, batch, row_block, group, s, TM, NS, mma_dtype)
+        c_s = c_first
+        if s > 0:
+            c_s = (
+                ct.load(
+                    C,
+                    index=(batch, row_block, group, s),
+                    shape=(1, TM, 1, NS),
+                    padding_mode=ct.PaddingMode.ZERO,
+                )
+                .reshape((TM, NS))
+                .astype(mma_dtype)
+            )
         b_k = ct.load(
             B,
             index=(batch, s, group, k_tile),
@@ -182,10 +187,7 @@ def _intra_chunk(
     return ct.mma(weight, x_k.astype(mma_dtype), acc)
 
 
-def _finish(
-    acc, x, D, z, out, batch, row_block, head,
-    TM: int, P: int, D_MODE: int, HAS_Z: bool, STORE_TMA: bool,
-):  # fmt: skip
+def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: int, HAS_Z: bool):
     """Add D·x, gate with silu(z), store one head's (TM, P) output tile."""
     zero = ct.PaddingMode.ZERO
     if D_MODE != D_NONE:
@@ -207,10 +209,7 @@ def _finish(
         )
         acc = acc * z_m / (1.0 + ct.exp(-z_m))
     ct.store(
-        out,
-        index=(batch, row_block, head, 0),
-        tile=acc.astype(out.dtype).reshape((1, TM, 1, P)),
-        allow_tma=STORE_TMA,
+        out, index=(batch, row_block, head, 0), tile=acc.astype(out.dtype).reshape((1, TM, 1, P))
     )
 
 
@@ -241,7 +240,6 @@ def compute_out_kernel(
     HAS_Z: ConstBool,
     SEGMENTED: ConstBool,
     CB_PRE: ConstBool,
-    STORE_TMA: ConstBool,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -370,9 +368,9 @@ def compute_out_kernel(
                 mma_dtype,
             )
 
-    _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z, STORE_TMA)
+    _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
-        _finish(acc1, x, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z, STORE_TMA)
+        _finish(acc1, x, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
 
 
 def compute_out(
@@ -448,6 +446,5 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
         pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
-        bool(config.out_store_tma),
     )  # fmt: skip
     return grid, kernel, args

@@ -23,8 +23,6 @@ class SSDConfig:
     # which mma operand is computed in registers; heads per CTA sharing each B tile (1 or 2).
     state_weight_x: int = 0
     state_heads: int = 1
-    # fwd_pass_state: store the states through TMA when legal (1) or straight from registers (0).
-    state_store_tma: int = 1
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -35,8 +33,6 @@ class SSDConfig:
     # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
     # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
     out_cb: int = 0
-    # compute_out: the same choice for the output tiles.
-    out_store_tma: int = 1
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -64,9 +60,8 @@ class SSDConfig:
                 )
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        for name in ("state_weight_x", "state_store_tma", "out_store_tma"):
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.state_weight_x not in (0, 1):
+            raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):

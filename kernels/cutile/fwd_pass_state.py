@@ -73,12 +73,11 @@ def _load_dA_last(dA_cumsum, batch, head, chunk, Q: int):
     return ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape((1,))
 
 
-def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int, STORE_TMA: bool):
+def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
     ct.store(
         states,
         index=(batch, chunk, head, 0, nblock),
         tile=state.reshape((1, 1, 1, P, NB)).astype(states.dtype),
-        allow_tma=STORE_TMA,
     )
 
 
@@ -114,7 +113,6 @@ def fwd_pass_state_kernel(
     TQ: ConstInt,
     HS: ConstInt,
     WEIGHT_X: ConstBool,
-    STORE_TMA: ConstBool,
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
 ):
@@ -136,11 +134,11 @@ def fwd_pass_state_kernel(
     log_decay1 = log_decay0
 
     for chunk in range(first, last):
-        _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
+        _store_state(states, state0, batch, chunk, head, nblock, P, NB)
         dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
         dA_last1 = dA_last0
         if HS == 2:
-            _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB, STORE_TMA)
+            _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
             dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
         if SEGMENTED:
             if nblock == 0:
@@ -262,8 +260,7 @@ def fwd_pass_state_launch(
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
-        bool(config.state_weight_x), bool(config.state_store_tma), initial_states is not None,
-        segments > 1,
+        bool(config.state_weight_x), initial_states is not None, segments > 1,
     )  # fmt: skip
     return grid, kernel, args
 

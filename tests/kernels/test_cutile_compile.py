@@ -76,13 +76,12 @@ def state_signature(
     heads: int = 1,
     weight_x: bool = False,
     block_n: int = CONFIG.state_block_n,
-    store_tma: bool = True,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
     arrays += [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, block_n, block_q, heads, weight_x, store_tma, init, segmented]
+    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented]
     return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
@@ -104,7 +103,6 @@ def out_signature(
     heads: int = 1,
     segmented: bool = False,
     cb: int = 0,
-    store_tma: bool = True,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
@@ -113,7 +111,7 @@ def out_signature(
     arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
     slice_n = min(CONFIG.out_slice_n, dstate)
     constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
-    constants += [d_mode, has_z, segmented, cb > 0, store_tma]
+    constants += [d_mode, has_z, segmented, cb > 0]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
     )
@@ -165,8 +163,8 @@ CASES = [
     ),
     pytest.param(
         fwd_pass_state_kernel,
-        state_signature("float16", 64, True, True, 64, 2, True, store_tma=False),
-        id="state-fp16-init-two-heads-weight-x-register-stores",
+        state_signature("float16", 64, True, True, 64, 2, True),
+        id="state-fp16-init-two-heads-weight-x",
     ),
     pytest.param(chunk_cb_kernel, cb_signature("bfloat16", 256), id="cb-bf16-N256"),
     pytest.param(chunk_cb_kernel, cb_signature("float32", 16), id="cb-fp32-N16"),
@@ -180,8 +178,8 @@ CASES = [
     ),
     pytest.param(
         compute_out_kernel,
-        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, 2, False, 2, store_tma=False),
-        id="out-bf16-N256-cb-stored-bf16-register-stores",
+        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, 2, False, 2),
+        id="out-bf16-N256-cb-stored-bf16",
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],
