@@ -5,7 +5,7 @@ over `default_config(dstate)`) is first checked against the float64 reference at
 own inputs (output and final states, poisoned allocator), then timed with the harness's own
 timing (CUDA-graph replay, cold L2, all variants and Triton interleaved) and its per-kernel device
 times. Prints one table at the end and, with --out, appends every row as a JSON line as soon as
-it is measured.
+it is measured, after a first line with the environment (GPU, driver, versions, git commit).
 
     python scripts/compare_configs.py --shapes 16384:64:256,65536:32:64 \
         --variant base={} --variant cb='{"out_cb": 1}'
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import correctness  # noqa: E402
+from harness import correctness, environment  # noqa: E402
 from harness.inputs import make_inputs  # noqa: E402
 from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
@@ -65,6 +65,10 @@ def main() -> int:
     variants = [parse_variant(v) for v in args.variant] or [("default", {})]
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
     timer = CudaTimer()
+    if args.out:
+        env = {"environment": environment.capture(0), "argv": sys.argv[1:]}
+        with args.out.open("a") as log:
+            log.write(json.dumps(env) + "\n")
     rows = []
     for problem in problems:
         inputs = make_inputs(problem, seed=0, device="cuda")
