@@ -2,7 +2,8 @@
 
 Every head of a group uses the same (Q × Q) product C[m]·B[k], so computing it inside compute_out
 repeats it once per head (or per head pair); at dstate 256 it costs four times the x product.
-Here it is computed once per (chunk, group) in fp32, only the tiles on or below the diagonal that
+Here it is computed once per (chunk, group), stored in fp32 (as Triton keeps it) or, with
+`out_cb=2`, in the input dtype, only the tiles on or below the diagonal that
 compute_out reads with the same (TM, TK) tiling, so nothing unwritten is ever read. The heads of a
 group read it back from L2 (compute_out orders its grid heads fastest).
 """
