@@ -33,24 +33,36 @@ from kernels.cutile.ssd import ssd_forward  # noqa: E402
 
 
 def parse_shape(text: str) -> Problem:
-    seqlen, nheads, dstate = (int(v) for v in text.split(":"))
+    """ "seqlen:nheads:dstate" as a bf16 problem with P=64 that returns its final states."""
+    try:
+        seqlen, nheads, dstate = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"shape {text!r} is not seqlen:nheads:dstate, e.g. 16384:64:256") from None
     return Problem(
         seqlen=seqlen, nheads=nheads, dstate=dstate, dtype="bfloat16", return_final_states=True
     )
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
+    """ "name=JSON" with SSDConfig fields over default_config(dstate); checked here, before any
+    GPU work."""
     name, _, fields = text.partition("=")
-    overrides = json.loads(fields or "{}")
-    SSDConfig(**overrides)  # unknown or bad fields fail here, before any GPU work
+    if not name or name == "triton":
+        raise ValueError(f"variant {text!r} needs a name other than 'triton' before '='")
+    try:
+        overrides = json.loads(fields or "{}")
+    except json.JSONDecodeError as err:
+        raise ValueError(f"variant {name!r}: {fields!r} is not a JSON object ({err})") from None
+    if not isinstance(overrides, dict):
+        raise ValueError(f"variant {name!r}: {fields!r} is not a JSON object")
+    SSDConfig(**overrides)  # unknown fields (TypeError) or bad values (ValueError) fail here
     return name, overrides
 
 
-def check(kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:
+def check(problem: Problem, kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:
     """(relative error of out, of final states) against the float64 reference."""
-    correctness.poison_cuda_allocator("cuda", output_bytes(kwargs["problem"]))
-    call = {k: v for k, v in kwargs.items() if k != "problem"}
-    out, final = ssd_forward(**call, config=config)
+    correctness.poison_cuda_allocator("cuda", output_bytes(problem))
+    out, final = ssd_forward(**kwargs, config=config)
     return correctness.relative_error(out, ref[0]), correctness.relative_error(final, ref[1])
 
 
@@ -61,8 +73,11 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    problems = [parse_shape(s) for s in args.shapes.split(",")]
-    variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    try:
+        problems = [parse_shape(s) for s in args.shapes.split(",")]
+        variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
     timer = CudaTimer()
     if args.out:
@@ -74,14 +89,13 @@ def main() -> int:
         inputs = make_inputs(problem, seed=0, device="cuda")
         kwargs = inputs.kwargs()
         ref = reference.ssd_forward(**kwargs)
-        kwargs_p = {**kwargs, "problem": problem}
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
         for name, overrides in variants:
             config = dataclasses.replace(default_config(problem.dstate), **overrides)
             try:
-                errors[name] = check(kwargs_p, config, ref)
+                errors[name] = check(problem, kwargs, config, ref)
             except Exception as exc:  # one broken variant must not lose the others
                 errors[name] = (float("nan"), float("nan"))
                 print(f"{problem.key()} {name}: {type(exc).__name__}: {exc}", file=sys.stderr)

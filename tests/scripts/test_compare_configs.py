@@ -1,0 +1,46 @@
+"""scripts/compare_configs.py: its arguments fail with a clear message before any GPU work."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_configs.py"
+spec = importlib.util.spec_from_file_location("compare_configs", SCRIPT)
+compare_configs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare_configs)
+
+
+def test_shapes_and_variants_parse() -> None:
+    problem = compare_configs.parse_shape("16384:64:256")
+    assert (problem.seqlen, problem.nheads, problem.dstate) == (16384, 64, 256)
+    assert problem.return_final_states
+    assert compare_configs.parse_variant('cb={"out_cb": 1}') == ("cb", {"out_cb": 1})
+    assert compare_configs.parse_variant("default") == ("default", {})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("16384:64", "seqlen:nheads:dstate"), ("1k:64:256", "seqlen:nheads:dstate")],
+)
+def test_bad_shape_says_the_format(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        compare_configs.parse_shape(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "message"),
+    [
+        ('triton={"out_cb": 1}', ValueError, "other than 'triton'"),
+        ('={"out_cb": 1}', ValueError, "needs a name"),
+        ("cb={out_cb: 1}", ValueError, "not a JSON object"),
+        ("cb=[1]", ValueError, "not a JSON object"),
+        ('cb={"out_cb": 7}', ValueError, "out_cb"),
+        ('cb={"no_such_knob": 1}', TypeError, "no_such_knob"),
+    ],
+)
+def test_bad_variant_names_what_to_change(text: str, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        compare_configs.parse_variant(text)
