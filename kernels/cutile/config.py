@@ -23,6 +23,9 @@ class SSDConfig:
     # which mma operand is computed in registers; heads per CTA sharing each B tile (1 or 2).
     state_weight_x: int = 0
     state_heads: int = 1
+    # fwd_pass_state computes processed dt and its decay cumsum itself (1), sparing the
+    # chunk_cumsum launch, or reads what chunk_cumsum stored (0).
+    state_cumsum: int = 0
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -60,8 +63,9 @@ class SSDConfig:
                 )
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        if self.state_weight_x not in (0, 1):
-            raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
+        for name in ("state_weight_x", "state_cumsum"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):

@@ -53,11 +53,11 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
             array(f32, 3),
             array(f32, 1),
             array(f32, 1),
-            array(f32, 4),
-            array(f32, 4),
             ScalarConstraint(ct.int32),
             ScalarConstraint(f32),
             ScalarConstraint(f32),
+            array(f32, 4),
+            array(f32, 4),
             256,
             8,
             has_bias,
@@ -76,13 +76,19 @@ def state_signature(
     heads: int = 1,
     weight_x: bool = False,
     block_n: int = CONFIG.state_block_n,
+    cumsum: bool = False,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
-    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
-    arrays += [array(f32, 3)] * 2
+    dt_args = [array(f32, 3), array(f32, 1), array(f32, 1), ScalarConstraint(ct.int32)]
+    dt_args += [ScalarConstraint(f32)] * 2
+    arrays = [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)] + [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented]
-    return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
+    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented, cumsum]
+    constants += [True, True]  # dt_bias, softplus
+    return KernelSignature(
+        [array(t, 4), array(t, 4)] + dt_args + arrays + scalars + constants,
+        CallingConvention.cutile_python_v2(),
+    )
 
 
 def scan_signature(dtype: str, headdim: int) -> KernelSignature:
@@ -149,6 +155,7 @@ def default_sweep_state(dstate: int, segmented: bool):
         cfg.state_heads,
         bool(cfg.state_weight_x),
         min(cfg.state_block_n, dstate),
+        bool(cfg.state_cumsum),
     )
     return pytest.param(kernel, signature, id=f"state-bf16-N{dstate}-seg{int(segmented)}")
 
@@ -166,6 +173,14 @@ CASES = [
         state_signature("float16", 64, True, True, 64, 2, True),
         id="state-fp16-init-two-heads-weight-x",
     ),
+    *[
+        pytest.param(
+            fwd_pass_state_kernel,
+            state_signature("bfloat16", 64, False, True, block_q, 2, True, 64, cumsum=True),
+            id=f"state-bf16-cumsum-in-walk-TQ{block_q}",
+        )
+        for block_q in (64, 256)
+    ],
     pytest.param(chunk_cb_kernel, cb_signature("bfloat16", 256), id="cb-bf16-N256"),
     pytest.param(chunk_cb_kernel, cb_signature("float32", 16), id="cb-fp32-N16"),
     pytest.param(
