@@ -33,6 +33,8 @@ class SSDConfig:
     out_slice_n: int = 128
     out_occupancy: int = 2
     out_heads: int = 1
+    # compute_out: worker warps per CTA (0 = the compiler's choice, else 4 or 8).
+    out_warps: int = 0
     # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
     # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
     out_cb: int = 0
@@ -61,6 +63,8 @@ class SSDConfig:
                 raise ValueError(
                     f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
                 )
+        if self.out_warps not in (0, 4, 8):
+            raise ValueError(f"SSDConfig.out_warps must be 0 (auto), 4 or 8, got {self.out_warps}")
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in ("state_weight_x", "state_cumsum"):
@@ -111,14 +115,17 @@ def default_config(dstate: int) -> SSDConfig:
     )
 
 
-_HINTED: dict[tuple[int, int], object] = {}
+_HINTED: dict[tuple[int, int, int], object] = {}
 
 
-def with_occupancy(kernel, occupancy: int):
-    """The kernel with an occupancy hint (0 = the compiler's choice); each keeps its JIT cache."""
-    if occupancy == 0:
+def with_hints(kernel, occupancy: int, worker_warps: int = 0):
+    """The kernel with occupancy and worker-warp hints (0 = the compiler's choice); each variant
+    keeps its own JIT cache."""
+    hints = {"occupancy": occupancy, "num_worker_warps": worker_warps}
+    hints = {name: value for name, value in hints.items() if value}
+    if not hints:
         return kernel
-    key = (id(kernel), occupancy)
+    key = (id(kernel), occupancy, worker_warps)
     if key not in _HINTED:
-        _HINTED[key] = kernel.replace_hints(occupancy=occupancy)
+        _HINTED[key] = kernel.replace_hints(**hints)
     return _HINTED[key]

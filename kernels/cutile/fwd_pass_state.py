@@ -23,7 +23,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import DtInput, dt_and_cumsum
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_hints
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -310,7 +310,7 @@ def fwd_pass_state_launch(
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
     grid = (nblocks, nheads // hs, batch * segments)
-    kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
+    kernel = with_hints(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, *dt_in.kernel_args(), dt_out, dA_cumsum,
         initial_states if initial_states is not None else unused,
