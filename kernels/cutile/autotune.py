@@ -43,7 +43,7 @@ def cache_path() -> Path:
 
 def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
     """fwd_pass_state knobs: dstate columns per CTA, rows per mma step, occupancy, which operand
-    carries the decay weights, heads per CTA sharing B, the dt cumsum computed in the walk."""
+    carries the decay weights, heads per CTA sharing B."""
     blocks = sorted({min(nb, pow2_tile(dstate)) for nb in (64, 128, 256)})
     steps = sorted({min(tq, chunk_size) for tq in (64, 256)})
     return [
@@ -53,11 +53,8 @@ def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
             "state_occupancy": occ,
             "state_weight_x": wx,
             "state_heads": hs,
-            "state_cumsum": cs,
         }
-        for nb, tq, occ, wx, hs, cs in itertools.product(
-            blocks, steps, (1, 2, 4), (0, 1), (1, 2), (0, 1)
-        )
+        for nb, tq, occ, wx, hs in itertools.product(blocks, steps, (1, 2, 4), (0, 1), (1, 2))
     ]
 
 
@@ -166,7 +163,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     from cuda.tile.tune import exhaustive_search
 
     from kernels.cutile.chunk_cb import chunk_cb
-    from kernels.cutile.chunk_cumsum import DtInput, chunk_cumsum
+    from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import cb_dtype, compute_out_launch, compute_out_tiles
     from kernels.cutile.fwd_pass_state import fwd_pass_state, fwd_pass_state_launch
 
@@ -179,9 +176,15 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     )
     stream = torch.cuda.current_stream()
     began = time.perf_counter()
-    dt_in = DtInput(kwargs["dt"], A, dt_bias, kwargs["dt_softplus"], kwargs["dt_limit"])
-    dt_out, dA = chunk_cumsum(dt_in, chunk_size, base.cumsum_heads)
-    cumsum_us = _device_us(lambda: chunk_cumsum(dt_in, chunk_size, base.cumsum_heads))
+    dt_out, dA = chunk_cumsum(
+        kwargs["dt"],
+        A,
+        dt_bias,
+        chunk_size,
+        kwargs["dt_softplus"],
+        kwargs["dt_limit"],
+        base.cumsum_heads,
+    )
     out = torch.empty_like(x)
 
     def search(
@@ -208,14 +211,12 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
             "failed": len(result.failures),
         }
 
-    # A walk that reads the cumsum is charged chunk_cumsum's launch; one that computes it is not.
     state_best, state_info = search(
         base,
         state_candidates(dstate, chunk_size),
-        lambda c: fwd_pass_state_launch(x, B, dt_in, dt_out, dA, init, c),
-        lambda c: 0.0 if c.state_cumsum else cumsum_us,
+        lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, c),
     )
-    state_pass = fwd_pass_state(x, B, dt_in, dt_out, dA, init, state_best)
+    state_pass = fwd_pass_state(x, B, dt_out, dA, init, state_best)
     cb_us = functools.cache(
         lambda tm, tk, dtype: _device_us(lambda: chunk_cb(C, B, chunk_size, tm, tk, dtype))
     )

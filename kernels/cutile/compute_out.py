@@ -17,7 +17,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cb import chunk_cb
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_hints
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.tiles import pow2_tile
 
@@ -430,7 +430,7 @@ def compute_out_launch(
     heads_per_group = nheads // ngroups
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
-    kernel = with_hints(compute_out_kernel, config.out_occupancy, config.out_warps)
+    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     sp = state_pass
     segmented = sp.segments > 1
     unused = torch.empty(1, 1, 1, device=x.device)

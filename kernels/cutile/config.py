@@ -23,9 +23,6 @@ class SSDConfig:
     # which mma operand is computed in registers; heads per CTA sharing each B tile (1 or 2).
     state_weight_x: int = 0
     state_heads: int = 1
-    # fwd_pass_state computes processed dt and its decay cumsum itself (1), sparing the
-    # chunk_cumsum launch, or reads what chunk_cumsum stored (0).
-    state_cumsum: int = 0
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -33,8 +30,6 @@ class SSDConfig:
     out_slice_n: int = 128
     out_occupancy: int = 2
     out_heads: int = 1
-    # compute_out: worker warps per CTA (0 = the compiler's choice, else 4 or 8).
-    out_warps: int = 0
     # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
     # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
     out_cb: int = 0
@@ -63,13 +58,10 @@ class SSDConfig:
                 raise ValueError(
                     f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
                 )
-        if self.out_warps not in (0, 4, 8):
-            raise ValueError(f"SSDConfig.out_warps must be 0 (auto), 4 or 8, got {self.out_warps}")
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        for name in ("state_weight_x", "state_cumsum"):
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.state_weight_x not in (0, 1):
+            raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):
@@ -115,17 +107,14 @@ def default_config(dstate: int) -> SSDConfig:
     )
 
 
-_HINTED: dict[tuple[int, int, int], object] = {}
+_HINTED: dict[tuple[int, int], object] = {}
 
 
-def with_hints(kernel, occupancy: int, worker_warps: int = 0):
-    """The kernel with occupancy and worker-warp hints (0 = the compiler's choice); each variant
-    keeps its own JIT cache."""
-    hints = {"occupancy": occupancy, "num_worker_warps": worker_warps}
-    hints = {name: value for name, value in hints.items() if value}
-    if not hints:
+def with_occupancy(kernel, occupancy: int):
+    """The kernel with an occupancy hint (0 = the compiler's choice); each keeps its JIT cache."""
+    if occupancy == 0:
         return kernel
-    key = (id(kernel), occupancy, worker_warps)
+    key = (id(kernel), occupancy)
     if key not in _HINTED:
-        _HINTED[key] = kernel.replace_hints(**hints)
+        _HINTED[key] = kernel.replace_hints(occupancy=occupancy)
     return _HINTED[key]

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cumsum import DtInput, dt_and_cumsum
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_hints
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -45,11 +44,13 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
 
 
 def _weighted_x_b(
-    acc, x, b, dA, dt, dA_last, batch, head, chunk, step, steps,
+    acc, x, b, dt_out, dA_cumsum, dA_last, batch, head, chunk, step, steps,
     P: int, TQ: int, WEIGHT_X: bool, mma_dtype,
 ):  # fmt: skip
     """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
     operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
+    dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
+    dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
     # Decay from each position to the chunk end; min(…, 0) keeps exp() at most 1.
     weight = ct.exp(ct.minimum(dA_last - dA, 0.0)) * dt
     # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
@@ -68,30 +69,8 @@ def _weighted_x_b(
     return ct.mma(xt.astype(mma_dtype), bw, acc)
 
 
-def _chunk_decay(
-    dt, A, dt_bias, dt_out, dA_cumsum, batch, head, chunk, nblock, seqlen, dt_min, dt_max,
-    Q: int, HAS_BIAS: bool, SOFTPLUS: bool,
-):  # fmt: skip
-    """One head's processed dt and dA cumsum over a chunk, (Q,) each, computed from raw dt as
-    chunk_cumsum does; the CTAs of state block 0 store them for compute_out."""
-    d, cs = dt_and_cumsum(
-        dt, A, dt_bias, batch, chunk, head, seqlen, dt_min, dt_max, Q, 1, HAS_BIAS, SOFTPLUS
-    )
-    if nblock == 0:
-        ct.store(dt_out, index=(batch, head, chunk, 0), tile=d.reshape((1, 1, 1, Q)))
-        ct.store(dA_cumsum, index=(batch, head, chunk, 0), tile=cs.reshape((1, 1, 1, Q)))
-    return d.reshape((Q,)), cs.reshape((Q,))
-
-
 def _load_dA_last(dA_cumsum, batch, head, chunk, Q: int):
     return ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape((1,))
-
-
-def _load_step(dt_out, dA_cumsum, batch, head, chunk, step, TQ: int):
-    """(dA cumsum, dt) of one TQ-row step, (TQ,) each, as chunk_cumsum stored them."""
-    dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
-    dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
-    return dA, dt
 
 
 def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
@@ -117,14 +96,8 @@ def _finish_segment(
 def fwd_pass_state_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
-    dt,  # (b, l, h) raw dt (unused unless CUMSUM)
-    A,  # (h,) float32 (unused unless CUMSUM)
-    dt_bias,  # (h,) float32 (unused unless CUMSUM and HAS_BIAS)
-    seqlen: int,
-    dt_min: float,
-    dt_max: float,
-    dt_out,  # (b, h, nchunks, Q) float32: read, or with CUMSUM computed here and written
-    dA_cumsum,  # (b, h, nchunks, Q) float32: likewise
+    dt_out,  # (b, h, nchunks, Q) float32
+    dA_cumsum,  # (b, h, nchunks, Q) float32
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
     seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk
@@ -142,9 +115,6 @@ def fwd_pass_state_kernel(
     WEIGHT_X: ConstBool,
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
-    CUMSUM: ConstBool,
-    HAS_BIAS: ConstBool,
-    SOFTPLUS: ConstBool,
 ):
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
@@ -165,26 +135,11 @@ def fwd_pass_state_kernel(
 
     for chunk in range(first, last):
         _store_state(states, state0, batch, chunk, head, nblock, P, NB)
+        dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
+        dA_last1 = dA_last0
         if HS == 2:
             _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
-        if CUMSUM:
-            dt0, cs0 = _chunk_decay(
-                dt, A, dt_bias, dt_out, dA_cumsum, batch, head, chunk, nblock, seqlen, dt_min,
-                dt_max, Q, HAS_BIAS, SOFTPLUS,
-            )  # fmt: skip
-            dt1, cs1 = dt0, cs0
-            if HS == 2:
-                dt1, cs1 = _chunk_decay(
-                    dt, A, dt_bias, dt_out, dA_cumsum, batch, head + 1, chunk, nblock, seqlen,
-                    dt_min, dt_max, Q, HAS_BIAS, SOFTPLUS,
-                )  # fmt: skip
-            dA_last0 = ct.extract(cs0, (Q - 1,), (1,))
-            dA_last1 = ct.extract(cs1, (Q - 1,), (1,))
-        else:
-            dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
-            dA_last1 = dA_last0
-            if HS == 2:
-                dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
+            dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
         if SEGMENTED:
             if nblock == 0:
                 ct.store(
@@ -214,21 +169,13 @@ def fwd_pass_state_kernel(
                 padding_mode=ct.PaddingMode.ZERO,
                 latency=4,
             ).reshape((TQ, NB))
-            if CUMSUM:
-                dA0, d0 = ct.extract(cs0, (step,), (TQ,)), ct.extract(dt0, (step,), (TQ,))
-            else:
-                dA0, d0 = _load_step(dt_out, dA_cumsum, batch, head, chunk, step, TQ)
             acc0 = _weighted_x_b(
-                acc0, x, b, dA0, d0, dA_last0, batch, head, chunk, step, steps,
+                acc0, x, b, dt_out, dA_cumsum, dA_last0, batch, head, chunk, step, steps,
                 P, TQ, WEIGHT_X, mma_dtype,
             )  # fmt: skip
             if HS == 2:
-                if CUMSUM:
-                    dA1, d1 = ct.extract(cs1, (step,), (TQ,)), ct.extract(dt1, (step,), (TQ,))
-                else:
-                    dA1, d1 = _load_step(dt_out, dA_cumsum, batch, head + 1, chunk, step, TQ)
                 acc1 = _weighted_x_b(
-                    acc1, x, b, dA1, d1, dA_last1, batch, head + 1, chunk, step, steps,
+                    acc1, x, b, dt_out, dA_cumsum, dA_last1, batch, head + 1, chunk, step, steps,
                     P, TQ, WEIGHT_X, mma_dtype,
                 )  # fmt: skip
         state0 = acc0
@@ -258,22 +205,18 @@ class StatePass:
 def fwd_pass_state(
     x: torch.Tensor,
     B: torch.Tensor,
-    dt_in: DtInput,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
 ) -> StatePass:
-    """Launch fwd_pass_state (and segment_scan when the chunks are split into segments). With
-    `config.state_cumsum` it fills dt_out and dA_cumsum from `dt_in`; otherwise it reads them."""
+    """Launch fwd_pass_state (and segment_scan when the chunks are split into segments)."""
     from kernels.cutile.segment_scan import segment_scan
 
-    grid, kernel, args = fwd_pass_state_launch(
-        x, B, dt_in, dt_out, dA_cumsum, initial_states, config
-    )
+    grid, kernel, args = fwd_pass_state_launch(x, B, dt_out, dA_cumsum, initial_states, config)
     ct.launch(torch.cuda.current_stream(), grid, kernel, args)
-    states, seg_end, seg_total, seg_decay = args[11:15]
-    segments, seg_len = args[17:19]
+    states, seg_end, seg_total, seg_decay = args[5:9]
+    segments, seg_len = args[11:13]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
     seg_start, final = segment_scan(seg_end, seg_total, states.dtype)
@@ -283,7 +226,6 @@ def fwd_pass_state(
 def fwd_pass_state_launch(
     x: torch.Tensor,
     B: torch.Tensor,
-    dt_in: DtInput,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None,
@@ -310,16 +252,15 @@ def fwd_pass_state_launch(
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
     grid = (nblocks, nheads // hs, batch * segments)
-    kernel = with_hints(fwd_pass_state_kernel, config.state_occupancy)
+    kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
-        x, B, *dt_in.kernel_args(), dt_out, dA_cumsum,
+        x, B, dt_out, dA_cumsum,
         initial_states if initial_states is not None else unused,
         states, seg_end,
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
-        bool(config.state_cumsum), dt_in.dt_bias is not None, dt_in.softplus,
     )  # fmt: skip
     return grid, kernel, args
 

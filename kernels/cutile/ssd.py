@@ -1,6 +1,5 @@
-"""Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum
-unless the state walk computes the dt cumsum itself, fwd_pass_state, segment_scan when the state
-walk is split, chunk_cb when compute_out reads C·Bᵀ, compute_out).
+"""Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum,
+fwd_pass_state, segment_scan when the state walk is split, compute_out).
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
@@ -58,7 +57,7 @@ def ssd_forward(
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
-    from kernels.cutile.chunk_cumsum import DtInput, chunk_cumsum, cumsum_buffers
+    from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import fwd_pass_state
 
@@ -66,13 +65,10 @@ def ssd_forward(
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or default_config(B.shape[3])
-    dt_in = DtInput(dt, A, dt_bias, dt_softplus, dt_limit)
-    dt_out, dA_cumsum = (
-        cumsum_buffers(dt, chunk_size)  # the state walk fills them
-        if config.state_cumsum
-        else chunk_cumsum(dt_in, chunk_size, config.cumsum_heads)
+    dt_out, dA_cumsum = chunk_cumsum(
+        dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
     )
-    state_pass = fwd_pass_state(x, B, dt_in, dt_out, dA_cumsum, initial_states, config)
+    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return (out, state_pass.final) if return_final_states else out
 

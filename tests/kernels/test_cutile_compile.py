@@ -23,7 +23,7 @@ from cuda.tile.compilation import (  # noqa: E402
 from kernels.cutile.chunk_cb import chunk_cb_kernel  # noqa: E402
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel  # noqa: E402
 from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel  # noqa: E402
-from kernels.cutile.config import SSDConfig, default_config, with_hints  # noqa: E402
+from kernels.cutile.config import SSDConfig, default_config, with_occupancy  # noqa: E402
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel  # noqa: E402
 from kernels.cutile.segment_scan import segment_scan_kernel  # noqa: E402
 
@@ -53,11 +53,11 @@ def cumsum_signature(dtype: str, has_bias: bool, softplus: bool) -> KernelSignat
             array(f32, 3),
             array(f32, 1),
             array(f32, 1),
+            array(f32, 4),
+            array(f32, 4),
             ScalarConstraint(ct.int32),
             ScalarConstraint(f32),
             ScalarConstraint(f32),
-            array(f32, 4),
-            array(f32, 4),
             256,
             8,
             has_bias,
@@ -76,19 +76,13 @@ def state_signature(
     heads: int = 1,
     weight_x: bool = False,
     block_n: int = CONFIG.state_block_n,
-    cumsum: bool = False,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
-    dt_args = [array(f32, 3), array(f32, 1), array(f32, 1), ScalarConstraint(ct.int32)]
-    dt_args += [ScalarConstraint(f32)] * 2
-    arrays = [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)] + [array(f32, 3)] * 2
+    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
+    arrays += [array(f32, 3)] * 2
     scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented, cumsum]
-    constants += [True, True]  # dt_bias, softplus
-    return KernelSignature(
-        [array(t, 4), array(t, 4)] + dt_args + arrays + scalars + constants,
-        CallingConvention.cutile_python_v2(),
-    )
+    constants = [256, headdim, block_n, block_q, heads, weight_x, init, segmented]
+    return KernelSignature(arrays + scalars + constants, CallingConvention.cutile_python_v2())
 
 
 def scan_signature(dtype: str, headdim: int) -> KernelSignature:
@@ -109,7 +103,6 @@ def out_signature(
     heads: int = 1,
     segmented: bool = False,
     cb: int = 0,
-    block_m: int = CONFIG.out_block_m,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
@@ -117,7 +110,7 @@ def out_signature(
     arrays = [array(t, 4)] * 3 + [cb_array, array(t, 5), array(t, 5), array(f32, 3)]
     arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
     slice_n = min(CONFIG.out_slice_n, dstate)
-    constants = [256, headdim, dstate, slice_n, block_m, CONFIG.out_block_k, heads]
+    constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
     constants += [d_mode, has_z, segmented, cb > 0]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
@@ -136,7 +129,7 @@ def cb_signature(dtype: str, dstate: int, out_dtype: str = "float32") -> KernelS
 def default_sweep_out(dstate: int, segmented: bool):
     """compute_out as the default sweep launches it at this dstate, occupancy hint included."""
     cfg = default_config(dstate)
-    kernel = with_hints(compute_out_kernel, cfg.out_occupancy, cfg.out_warps)
+    kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
     signature = out_signature(
         "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, cfg.out_cb
     )
@@ -146,7 +139,7 @@ def default_sweep_out(dstate: int, segmented: bool):
 def default_sweep_state(dstate: int, segmented: bool):
     """fwd_pass_state as the default sweep launches it at this dstate."""
     cfg = default_config(dstate)
-    kernel = with_hints(fwd_pass_state_kernel, cfg.state_occupancy)
+    kernel = with_occupancy(fwd_pass_state_kernel, cfg.state_occupancy)
     signature = state_signature(
         "bfloat16",
         64,
@@ -156,7 +149,6 @@ def default_sweep_state(dstate: int, segmented: bool):
         cfg.state_heads,
         bool(cfg.state_weight_x),
         min(cfg.state_block_n, dstate),
-        bool(cfg.state_cumsum),
     )
     return pytest.param(kernel, signature, id=f"state-bf16-N{dstate}-seg{int(segmented)}")
 
@@ -174,14 +166,6 @@ CASES = [
         state_signature("float16", 64, True, True, 64, 2, True),
         id="state-fp16-init-two-heads-weight-x",
     ),
-    *[
-        pytest.param(
-            fwd_pass_state_kernel,
-            state_signature("bfloat16", 64, False, True, block_q, 2, True, 64, cumsum=True),
-            id=f"state-bf16-cumsum-in-walk-TQ{block_q}",
-        )
-        for block_q in (64, 256)
-    ],
     pytest.param(chunk_cb_kernel, cb_signature("bfloat16", 256), id="cb-bf16-N256"),
     pytest.param(chunk_cb_kernel, cb_signature("float32", 16), id="cb-fp32-N16"),
     pytest.param(
@@ -199,11 +183,6 @@ CASES = [
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],
-    pytest.param(
-        with_hints(compute_out_kernel, 2, 8),
-        out_signature("bfloat16", 64, 128, D_PER_HEAD, False, block_m=128),
-        id="out-bf16-tall-rows-eight-warps",
-    ),
     pytest.param(
         compute_out_kernel,
         out_signature("float16", 128, 128, D_PER_HEAD_DIM, True),

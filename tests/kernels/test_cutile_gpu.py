@@ -116,8 +116,7 @@ def test_matches_reference(name: str) -> None:
 # segments (with initial states and a ragged tail), two heads per CTA with narrow state slices,
 # one unsplit walk with whole-chunk steps, either operand carrying the walk's decay weights with
 # two heads sharing B, and C·Bᵀ from chunk_cb with square and with tall compute_out tiles, and
-# stored in the input dtype; tall compute_out tiles over eight worker warps; the walk computing
-# the dt cumsum itself, over several state blocks (only block 0 stores it) and in sub-chunk steps.
+# stored in the input dtype.
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -127,11 +126,6 @@ CONFIGS = {
     "cb-two-heads-segments": SSDConfig(out_cb=1, out_heads=2, state_segments=3),
     "cb-tall-rows": SSDConfig(out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64),
     "cb-in-input-dtype": SSDConfig(out_cb=2, out_heads=2),
-    "tall-rows-eight-warps": SSDConfig(out_block_m=128, out_warps=8),
-    "cumsum-in-walk-segments": SSDConfig(state_cumsum=1, state_segments=3, state_block_q=16),
-    "cumsum-in-walk-two-heads": SSDConfig(
-        state_cumsum=1, state_heads=2, state_weight_x=1, state_block_q=32
-    ),
 }
 
 
