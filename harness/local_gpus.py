@@ -15,6 +15,7 @@ Once every shard has ended the run is consolidated a last time.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,8 +128,11 @@ def launch(
         for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):
             index = jobs.index(job)
             last = _last_message(job.paths.stdout)
-            if _failed(job):
-                outcome.failed.append(f"shard {index} (GPU {devices[index]}) failed: {last}")
+            failure = _failure(job)
+            if failure:
+                outcome.failed.append(
+                    f"shard {index} (GPU {devices[index]}) failed ({failure}): {last}"
+                )
                 print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
             else:
                 print(f"ssdbench: shard {index} finished", file=sys.stderr)
@@ -143,9 +147,18 @@ def launch(
     return outcome
 
 
-def _failed(job) -> bool:
-    """Whether a finished submitit job failed (including dying without leaving a result)."""
+def _failure(job) -> str:
+    """How a finished submitit job failed ("" if it did not): the shard's exit status or the
+    signal that killed it, which tell a crash after its last message from a sweep that stopped."""
     try:
-        return job.exception() is not None
+        error = job.exception()
     except Exception:  # no result pickle: the job process itself was killed
-        return True
+        return "its process left no result"
+    if error is None:
+        return ""
+    text = str(error)
+    if found := re.search(r"non-zero exit status (-?\d+)", text):
+        return f"exit status {found[1]}"
+    if found := re.search(r"died with <Signals\.(\w+)", text):
+        return f"killed by {found[1]}"
+    return "no exit status recorded"

@@ -145,6 +145,10 @@ with open(os.path.join(run, "meta.json"), "w") as f:
 if args["shard.index"] == "1":
     print("ssdbench: stopped: the fake shard 1 fails", file=sys.stderr)
     sys.exit(3)
+if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
+    import signal
+    print("ssdbench: results in somewhere", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
 """
 
 
@@ -164,8 +168,24 @@ def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypat
     assert max(s["start"] for s in shards) < min(s["end"] for s in shards)  # ran in parallel
     assert outcome.run_id.startswith("smoke-")
     assert outcome.run_dirs == [tmp_path / "results" / "cpu" / outcome.run_id]
-    assert len(outcome.failed) == 1 and "shard 1 (GPU 7) failed" in outcome.failed[0]
+    assert (
+        len(outcome.failed) == 1 and "shard 1 (GPU 7) failed (exit status 3)" in outcome.failed[0]
+    )
     assert "ssdbench: stopped: the fake shard 1 fails" in outcome.failed[0]
+
+
+def test_a_shard_that_crashes_after_its_last_word_is_told_apart(tmp_path: Path, monkeypatch):
+    """A shard killed after printing its results line (a crash at interpreter exit, say) is
+    reported with the signal, so its normal-looking last line does not hide what happened."""
+    script = tmp_path / "fake_run_bench.py"
+    script.write_text(FAKE_RUN_BENCH)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    monkeypatch.setenv("FAKE_OUT", str(tmp_path))
+    monkeypatch.setenv("FAKE_CRASH_AT_EXIT", "1")
+    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
+    outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+    crashed = [f for f in outcome.failed if f.startswith("shard 2")]
+    assert crashed == ["shard 2 (GPU 2) failed (killed by SIGSEGV): ssdbench: results in somewhere"]
 
 
 def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatch, capsys) -> None:
@@ -182,7 +202,8 @@ def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert exit_.value.code == 3, err
     assert "shard 0 of 2 on GPU 0" in err and "shard 1 of 2 on GPU 1" in err
-    assert err.count("failed: ssdbench: no CUDA GPU found") == 2  # each shard's own last word
+    # Each shard's exit status and own last word.
+    assert err.count("failed (exit status 1): ssdbench: no CUDA GPU found") == 2
     assert "wall time" in err
     assert err.strip().splitlines()[-1].startswith("ssdbench: 2 of 2 shards failed")
     assert "run_id=smoke-2gpu" in err.strip().splitlines()[-1]
