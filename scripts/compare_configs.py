@@ -1,7 +1,7 @@
 """Compare cuTile SSD launch configurations at a few shapes, per kernel, on one GPU.
 
 For trying a kernel change before it becomes a default: every variant (a set of SSDConfig fields
-over `default_config(dstate)`) is first checked against the float64 reference at the point's
+over the point's `default_config`) is first checked against the float64 reference at the point's
 own inputs (output and final states, poisoned allocator), then timed with the harness's own
 timing (CUDA-graph replay, cold L2, all variants and Triton interleaved) and its per-kernel device
 times. Prints one table at the end and, with --out, appends every row as a JSON line as soon as
@@ -28,7 +28,7 @@ from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
 from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
-from kernels.cutile.config import SSDConfig, default_config  # noqa: E402
+from kernels.cutile.config import SSDConfig, default_config, output_tiles  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def parse_shape(text: str) -> Problem:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """ "name=JSON" with SSDConfig fields over default_config(dstate); checked here, before any
+    """ "name=JSON" with SSDConfig fields over the point's default_config; checked here, before any
     GPU work."""
     name, _, fields = text.partition("=")
     if not name or name == "triton":
@@ -93,7 +93,8 @@ def main() -> int:
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
         for name, overrides in variants:
-            config = dataclasses.replace(default_config(problem.dstate), **overrides)
+            tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
+            config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
             try:
                 errors[name] = check(problem, kwargs, config, ref)
             except Exception as exc:  # one broken variant must not lose the others

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.cutile.config import SSDConfig, default_config
+from kernels.cutile.config import SSDConfig, default_config, output_tiles
 from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
@@ -169,7 +169,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
 
     x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
-    base = default_config(dstate)
+    base = _defaults(kwargs)
     A, D, dt_bias, init = (
         None if kwargs.get(k) is None else kwargs[k].float()
         for k in ("A", "D", "dt_bias", "initial_states")
@@ -250,6 +250,12 @@ def _device_us(fn, reps: int = 10) -> float:
     return statistics.median(times[1:])
 
 
+def _defaults(kwargs: dict) -> SSDConfig:
+    """default_config for these inputs' dstate and size."""
+    tiles = output_tiles(*kwargs["x"].shape[:3], kwargs["chunk_size"])
+    return default_config(kwargs["B"].shape[3], tiles)
+
+
 def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:
     """The config to launch these inputs with under a tuning policy, and what to record of it.
 
@@ -258,7 +264,7 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if policy not in POLICIES:
         raise ValueError(f"tune policy must be one of {POLICIES}, got {policy!r}")
     if policy == "off":
-        config = default_config(kwargs["B"].shape[3])
+        config = _defaults(kwargs)
         return config, {"tune": policy, "source": "default", "config": config.to_dict()}
     cache = TuningCache(path or cache_path())
     key = tuning_key(kwargs)

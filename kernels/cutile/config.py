@@ -82,15 +82,28 @@ class SSDConfig:
 DEFAULT_CONFIG = SSDConfig()
 
 
-def default_config(dstate: int) -> SSDConfig:
-    """The untuned launch configuration for a state size (docs/performance.md has the evidence).
+# Below this many (chunk, head) output tiles, chunk_cb's extra launch costs more than computing
+# C·Bᵀ inside compute_out (H200, dstate 256: −13 % at 128 tiles, ±3 % at 512, +1.5 to +4.8 %
+# at 1024-2048 without it; docs/performance.md, change 12).
+CB_MIN_TILES = 1024
+
+
+def output_tiles(batch: int, seqlen: int, nheads: int, chunk_size: int) -> int:
+    """(chunk, head) tiles of the output: how much work compute_out spreads over the GPU."""
+    return batch * nheads * -(-seqlen // chunk_size)
+
+
+def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
+    """The untuned launch configuration for a state size and, from dstate 256 on, a problem's
+    `output_tiles` (None: a large problem). docs/performance.md has the evidence.
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, 128 state columns per CTA at 128. compute_out: four CTAs
-    per SM up to dstate 64, three at 128; from 256 on two, with C·Bᵀ computed once per group by
-    chunk_cb and read by pairs of heads, and the state walk left whole (one segment: the walkers
-    already fill the GPU, and the segment correction would cost compute_out ~14 %).
+    per SM up to dstate 64, three at 128; from 256 on two, pairs of heads sharing each C·Bᵀ tile,
+    which chunk_cb computes once per group when there are at least CB_MIN_TILES output tiles, and
+    the state walk left whole (one segment: the walkers already fill the GPU, and the segment
+    correction would cost compute_out ~14 %).
     """
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
     if dstate <= 64:
@@ -103,7 +116,7 @@ def default_config(dstate: int) -> SSDConfig:
         state_segments=1,
         out_occupancy=2,
         out_heads=2,
-        out_cb=1,
+        out_cb=int(tiles is None or tiles >= CB_MIN_TILES),
     )
 
 

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from kernels.cutile.config import SSDConfig, default_config
+from kernels.cutile.config import SSDConfig, default_config, output_tiles
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -53,7 +53,7 @@ def ssd_forward(
     """Mamba-2 SSD forward with cuTile; returns out, or (out, final_states) when asked.
 
     `config` picks tile sizes and occupancy (kernels/cutile/config.py); None takes
-    `default_config(dstate)`.
+    `default_config` for this dstate and size.
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
@@ -64,7 +64,7 @@ def ssd_forward(
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
-    config = config or default_config(B.shape[3])
+    config = config or default_config(B.shape[3], output_tiles(*x.shape[:3], chunk_size))
     dt_out, dA_cumsum = chunk_cumsum(
         dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
     )

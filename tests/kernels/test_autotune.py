@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels.cutile import autotune
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, default_config
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, default_config, output_tiles
 
 
 def test_candidates_respect_problem_sizes() -> None:
@@ -78,10 +78,26 @@ def test_kernel_source_hash_is_stable_and_short() -> None:
 
 
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
-    B = torch.empty(1, 8, 1, 256)
-    config, record = autotune.configure({"B": B}, "off")
-    assert config == default_config(256) and config.out_heads == 2
+    x, B = torch.empty(1, 4096, 64, 64), torch.empty(1, 4096, 1, 256)
+    config, record = autotune.configure({"x": x, "B": B, "chunk_size": 256}, "off")
+    assert config == default_config(256, tiles=1024) and config.out_heads == 2
     assert record == {"tune": "off", "source": "default", "config": config.to_dict()}
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "nheads", "out_cb"), [(1024, 32, 0), (4096, 32, 0), (4096, 64, 1), (65536, 32, 1)]
+)
+def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out_cb) -> None:
+    """At dstate 256, C·Bᵀ goes through chunk_cb from 1024 (chunk, head) tiles on; smaller
+    problems compute it inside compute_out. Smaller dstates never use chunk_cb by default."""
+    tiles = output_tiles(1, seqlen, nheads, 256)
+    assert default_config(256, tiles).out_cb == out_cb
+    assert default_config(256).out_cb == 1  # size unknown: a large problem
+    assert default_config(128, tiles).out_cb == default_config(64, tiles).out_cb == 0
+
+
+def test_output_tiles_count_partial_chunks() -> None:
+    assert output_tiles(batch=2, seqlen=1000, nheads=8, chunk_size=256) == 2 * 8 * 4
 
 
 def test_unknown_policy_is_an_error() -> None:

@@ -126,14 +126,16 @@ def cb_signature(dtype: str, dstate: int, out_dtype: str = "float32") -> KernelS
     )
 
 
-def default_sweep_out(dstate: int, segmented: bool):
-    """compute_out as the default sweep launches it at this dstate, occupancy hint included."""
-    cfg = default_config(dstate)
+def default_sweep_out(dstate: int, segmented: bool, tiles: int | None = None):
+    """compute_out as the default sweep launches it at this dstate (and size), occupancy hint
+    included."""
+    cfg = default_config(dstate, tiles)
     kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
     signature = out_signature(
         "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, cfg.out_cb
     )
-    return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}-seg{int(segmented)}")
+    size = "" if tiles is None else f"-{tiles}tiles"
+    return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}{size}-seg{int(segmented)}")
 
 
 def default_sweep_state(dstate: int, segmented: bool):
@@ -183,6 +185,7 @@ CASES = [
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],
+    default_sweep_out(256, False, tiles=128),
     pytest.param(
         compute_out_kernel,
         out_signature("float16", 128, 128, D_PER_HEAD_DIM, True),

@@ -139,7 +139,8 @@ def test_launch_configurations(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("dstate", "expected"),
-    [(64, "segment_scan"), (256, "chunk_cb")],  # 16 chunks: segments at 64; chunk_cb at 256
+    # 16 chunks × 64 heads: segments at dstate 64; enough output tiles for chunk_cb at 256.
+    [(64, "segment_scan"), (256, "chunk_cb")],
 )
 def test_profiler_prefixes_name_every_launched_kernel(dstate: int, expected: str) -> None:
     """The harness's kernels mode sums only kernels matching the provider's prefixes."""
@@ -149,7 +150,7 @@ def test_profiler_prefixes_name_every_launched_kernel(dstate: int, expected: str
     from kernels.cutile import KERNEL_PREFIXES
     from kernels.cutile.ssd import ssd_forward
 
-    problem = replace(BASE, seqlen=4096, dstate=dstate)
+    problem = replace(BASE, seqlen=4096, nheads=64, dstate=dstate)
     kwargs = make_inputs(problem, seed=_seed("profiler"), device="cuda").kwargs()
     ssd_forward(**kwargs)
     torch.cuda.synchronize()
