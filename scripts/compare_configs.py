@@ -92,8 +92,8 @@ def main() -> int:
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
+        tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
         for name, overrides in variants:
-            tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
             config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
             try:
                 errors[name] = check(problem, kwargs, config, ref)
