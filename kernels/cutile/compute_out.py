@@ -155,6 +155,21 @@ def _c_times_b(
     return cb
 
 
+def _x_tile(x, batch, head, k_tile, TK: int, P: int, mma_dtype):
+    """One head's (TK, P) tile of x at sequence tile k_tile."""
+    return (
+        ct.load(
+            x,
+            index=(batch, k_tile, head, 0),
+            shape=(1, TK, 1, P),
+            padding_mode=ct.PaddingMode.ZERO,
+            latency=4,
+        )
+        .reshape((TK, P))
+        .astype(mma_dtype)
+    )
+
+
 def _intra_chunk(
     acc,
     cb,
@@ -177,14 +192,41 @@ def _intra_chunk(
     dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
     exponent = ct.where(causal, dA_m[:, None] - dA_k.reshape((TK,))[None, :], -float("inf"))
     weight = (cb * ct.exp(exponent) * dt_k.reshape((TK,))[None, :]).astype(mma_dtype)
-    x_k = ct.load(
-        x,
-        index=(batch, k_tile, head, 0),
-        shape=(1, TK, 1, P),
-        padding_mode=ct.PaddingMode.ZERO,
-        latency=4,
-    ).reshape((TK, P))
-    return ct.mma(weight, x_k.astype(mma_dtype), acc)
+    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
+
+
+def _below_diagonal(
+    acc, cb, x, dt_out, dA_cumsum, anchor, batch, head, chunk, k_block, k_tile, TK: int, P: int,
+    mma_dtype,
+):  # fmt: skip
+    """acc + (C·Bᵀ ⊙ exp(anchor − dA[k]) ⊙ dt)·x over one k-tile wholly before the row block.
+    exp(dA[m] − dA[k]) = exp(dA[m] − anchor)·exp(anchor − dA[k]) with anchor = dA at the block's
+    first row: both factors are at most 1 (dA falls along the chunk), so nothing overflows, and the
+    row factor is applied once to the sum, leaving TK exponentials per tile instead of TM·TK."""
+    dA_k = ct.load(dA_cumsum, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    column = ct.exp(anchor - dA_k.reshape((TK,))) * dt_k.reshape((TK,))
+    weight = (cb * column[None, :]).astype(mma_dtype)
+    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
+
+
+def _cb_tile(
+    C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile, TM: int,
+    TK: int, NS: int, slices: int, mma_dtype, CB_PRE: bool,
+):  # fmt: skip
+    """The fp32 (TM, TK) tile of C·Bᵀ: read from chunk_cb's output or computed here."""
+    if CB_PRE:
+        return (
+            ct.load(
+                cb_chunks,
+                index=(batch, chunk, group, m_block, k_block),
+                shape=(1, 1, 1, TM, TK),
+                latency=2,
+            )
+            .reshape((TM, TK))
+            .astype(ct.float32)
+        )
+    return _c_times_b(C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype)
 
 
 def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: int, HAS_Z: bool):
@@ -211,6 +253,29 @@ def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: 
     ct.store(
         out, index=(batch, row_block, head, 0), tile=acc.astype(out.dtype).reshape((1, TM, 1, P))
     )
+
+
+def _rows(dA_cumsum, batch, head, chunk, m_block, TM: int):
+    """dA at the TM rows of one row block."""
+    return ct.load(dA_cumsum, index=(batch, head, chunk, m_block), shape=(1, 1, 1, TM)).reshape(
+        (TM,)
+    )
+
+
+def _anchor(dA_cumsum, batch, head, chunk, m_block, TM: int):
+    """dA at the row block's first row, shape (1,)."""
+    return ct.load(dA_cumsum, index=(batch, head, chunk, m_block * TM), shape=(1, 1, 1, 1)).reshape(
+        (1,)
+    )
+
+
+def _start_scale(dA_m, anchor, TM: int, RANK1: bool):
+    """What the carried state's product is scaled by before the intra-chunk sum: exp(dA[m]), or
+    with RANK1 exp(anchor), the row factor exp(dA[m] − anchor) following after the sum."""
+    scale = ct.exp(dA_m)
+    if RANK1:
+        scale = ct.broadcast_to(ct.exp(anchor), (TM,))
+    return scale
 
 
 @ct.kernel
@@ -240,6 +305,7 @@ def compute_out_kernel(
     HAS_Z: ConstBool,
     SEGMENTED: ConstBool,
     CB_PRE: ConstBool,
+    RANK1: ConstBool,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -257,116 +323,67 @@ def compute_out_kernel(
         .reshape((TM, NS))
         .astype(mma_dtype)
     )
-    dA_m0 = ct.load(dA_cumsum, index=(batch, head, chunk, m_block), shape=(1, 1, 1, TM)).reshape(
-        (TM,)
-    )
-    acc0 = (
-        _carried_state(
-            C,
-            states,
-            seg_start,
-            seg_decay,
-            c_first,
-            batch,
-            chunk,
-            head,
-            row_block,
-            group,
-            seg_len,
-            TM,
-            P,
-            NS,
-            slices,
-            mma_dtype,
-            SEGMENTED,
-        )
-        * ct.exp(dA_m0)[:, None]
-    )
+    # Per head: the decay of its rows, and (RANK1) the anchor, dA at the block's first row.
+    dA_m0 = _rows(dA_cumsum, batch, head, chunk, m_block, TM)
+    anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
+    acc0 = _carried_state(
+        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+        TM, P, NS, slices, mma_dtype, SEGMENTED,
+    ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
+    anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
-        dA_m1 = ct.load(
-            dA_cumsum, index=(batch, head + 1, chunk, m_block), shape=(1, 1, 1, TM)
-        ).reshape((TM,))
-        acc1 = (
-            _carried_state(
-                C,
-                states,
-                seg_start,
-                seg_decay,
-                c_first,
-                batch,
-                chunk,
-                head + 1,
-                row_block,
-                group,
-                seg_len,
-                TM,
-                P,
-                NS,
-                slices,
-                mma_dtype,
-                SEGMENTED,
-            )
-            * ct.exp(dA_m1)[:, None]
-        )
+        dA_m1 = _rows(dA_cumsum, batch, head + 1, chunk, m_block, TM)
+        anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
+        acc1 = _carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED,
+        ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
-    # Causal intra-chunk part, k-tiles up to and including the diagonal.
-    rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
+    # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
+    # wholly before the row block first, their decay split into a row and a column factor.
     k_blocks_per_chunk = Q // TK
-    for k_block in range((m_block + 1) * (TM // TK)):
+    diagonal = m_block * (TM // TK)
+    below = 0
+    if RANK1:
+        below = diagonal
+    for k_block in range(below):
         k_tile = chunk * k_blocks_per_chunk + k_block
-        if CB_PRE:
-            cb = (
-                ct.load(
-                    cb_chunks,
-                    index=(batch, chunk, group, m_block, k_block),
-                    shape=(1, 1, 1, TM, TK),
-                    latency=2,
-                )
-                .reshape((TM, TK))
-                .astype(ct.float32)
-            )
-        else:
-            cb = _c_times_b(
-                C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype
-            )
+        cb = _cb_tile(
+            C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
+            TM, TK, NS, slices, mma_dtype, CB_PRE,
+        )  # fmt: skip
+        acc0 = _below_diagonal(
+            acc0, cb, x, dt_out, dA_cumsum, anchor0, batch, head, chunk, k_block, k_tile, TK, P,
+            mma_dtype,
+        )  # fmt: skip
+        if HB == 2:
+            acc1 = _below_diagonal(
+                acc1, cb, x, dt_out, dA_cumsum, anchor1, batch, head + 1, chunk, k_block, k_tile,
+                TK, P, mma_dtype,
+            )  # fmt: skip
+    if RANK1:
+        acc0 = acc0 * ct.exp(dA_m0 - anchor0)[:, None]
+        acc1 = acc1 * ct.exp(dA_m1 - anchor1)[:, None]
+
+    rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
+    for k_block in range(below, diagonal + TM // TK):
+        k_tile = chunk * k_blocks_per_chunk + k_block
+        cb = _cb_tile(
+            C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
+            TM, TK, NS, slices, mma_dtype, CB_PRE,
+        )  # fmt: skip
         causal = rows[:, None] >= (k_block * TK + ct.arange(TK, dtype=ct.int32))[None, :]
         acc0 = _intra_chunk(
-            acc0,
-            cb,
-            x,
-            dt_out,
-            dA_cumsum,
-            dA_m0,
-            causal,
-            batch,
-            head,
-            chunk,
-            k_block,
-            k_tile,
-            TK,
-            P,
-            mma_dtype,
-        )
+            acc0, cb, x, dt_out, dA_cumsum, dA_m0, causal, batch, head, chunk, k_block, k_tile,
+            TK, P, mma_dtype,
+        )  # fmt: skip
         if HB == 2:
             acc1 = _intra_chunk(
-                acc1,
-                cb,
-                x,
-                dt_out,
-                dA_cumsum,
-                dA_m1,
-                causal,
-                batch,
-                head + 1,
-                chunk,
-                k_block,
-                k_tile,
-                TK,
-                P,
-                mma_dtype,
-            )
+                acc1, cb, x, dt_out, dA_cumsum, dA_m1, causal, batch, head + 1, chunk, k_block,
+                k_tile, TK, P, mma_dtype,
+            )  # fmt: skip
 
     _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
@@ -446,5 +463,6 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
         pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
+        bool(config.out_rank1),
     )  # fmt: skip
     return grid, kernel, args

@@ -33,6 +33,9 @@ class SSDConfig:
     # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
     # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
     out_cb: int = 0
+    # compute_out: k-tiles wholly before the row block take their decay as a row times a column
+    # factor (1: TK exponentials per tile) or one exponential per element (0).
+    out_rank1: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -62,6 +65,8 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         if self.state_weight_x not in (0, 1):
             raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
+        if self.out_rank1 not in (0, 1):
+            raise ValueError(f"SSDConfig.out_rank1 must be 0 or 1, got {self.out_rank1}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):

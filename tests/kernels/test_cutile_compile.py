@@ -103,6 +103,7 @@ def out_signature(
     heads: int = 1,
     segmented: bool = False,
     cb: int = 0,
+    rank1: bool = False,
 ) -> KernelSignature:
     t, f32 = DTYPES[dtype], ct.float32
     d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
@@ -111,7 +112,7 @@ def out_signature(
     arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
     slice_n = min(CONFIG.out_slice_n, dstate)
     constants = [256, headdim, dstate, slice_n, CONFIG.out_block_m, CONFIG.out_block_k, heads]
-    constants += [d_mode, has_z, segmented, cb > 0]
+    constants += [d_mode, has_z, segmented, cb > 0, rank1]
     return KernelSignature(
         arrays + [ScalarConstraint(ct.int32)] * 2 + constants, CallingConvention.cutile_python_v2()
     )
@@ -132,7 +133,15 @@ def default_sweep_out(dstate: int, segmented: bool, tiles: int | None = None):
     cfg = default_config(dstate, tiles)
     kernel = with_occupancy(compute_out_kernel, cfg.out_occupancy)
     signature = out_signature(
-        "bfloat16", 64, dstate, D_PER_HEAD, False, cfg.out_heads, segmented, cfg.out_cb
+        "bfloat16",
+        64,
+        dstate,
+        D_PER_HEAD,
+        False,
+        cfg.out_heads,
+        segmented,
+        cfg.out_cb,
+        bool(cfg.out_rank1),
     )
     size = "" if tiles is None else f"-{tiles}tiles"
     return pytest.param(kernel, signature, id=f"out-bf16-N{dstate}{size}-seg{int(segmented)}")
@@ -182,6 +191,21 @@ CASES = [
         compute_out_kernel,
         out_signature("bfloat16", 64, 256, D_PER_HEAD, False, 2, False, 2),
         id="out-bf16-N256-cb-stored-bf16",
+    ),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("bfloat16", 64, 256, D_PER_HEAD, False, 2, True, 0, True),
+        id="out-bf16-N256-rank1-two-heads-seg",
+    ),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("bfloat16", 64, 128, D_PER_HEAD, False, 1, False, 2, True),
+        id="out-bf16-N128-rank1-cb-stored-bf16",
+    ),
+    pytest.param(
+        compute_out_kernel,
+        out_signature("float32", 32, 16, D_PER_HEAD, True, 1, False, 0, True),
+        id="out-fp32-rank1-z",
     ),
     pytest.param(segment_scan_kernel, scan_signature("bfloat16", 64), id="segment-scan"),
     *[default_sweep_out(n, seg) for n in (64, 128, 256) for seg in (False, True)],

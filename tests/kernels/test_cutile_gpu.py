@@ -115,8 +115,9 @@ def test_matches_reference(name: str) -> None:
 # Launch configurations the autotuner may pick, beyond the defaults the cases above use: forced
 # segments (with initial states and a ragged tail), two heads per CTA with narrow state slices,
 # one unsplit walk with whole-chunk steps, either operand carrying the walk's decay weights with
-# two heads sharing B, and C·Bᵀ from chunk_cb with square and with tall compute_out tiles, and
-# stored in the input dtype.
+# two heads sharing B, C·Bᵀ from chunk_cb with square and with tall compute_out tiles, and
+# stored in the input dtype, and the decay of k-tiles below the diagonal as a row times a column
+# factor. Whole 256-row chunks, so compute_out has row blocks past the first (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -126,13 +127,17 @@ CONFIGS = {
     "cb-two-heads-segments": SSDConfig(out_cb=1, out_heads=2, state_segments=3),
     "cb-tall-rows": SSDConfig(out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64),
     "cb-in-input-dtype": SSDConfig(out_cb=2, out_heads=2),
+    "rank1-two-heads-segments": SSDConfig(out_rank1=1, out_heads=2, state_segments=3),
+    "rank1-cb-tall-rows": SSDConfig(
+        out_rank1=1, out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_launch_configurations(name: str) -> None:
     problem = replace(
-        BASE, seqlen=1000, chunk_size=64, nheads=8, ngroups=2, dstate=128, has_initial_states=True
+        BASE, seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128, has_initial_states=True
     )
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
 
