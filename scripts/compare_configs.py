@@ -33,13 +33,24 @@ from kernels.cutile.ssd import ssd_forward  # noqa: E402
 
 
 def parse_shape(text: str) -> Problem:
-    """ "seqlen:nheads:dstate" as a bf16 problem with P=64 that returns its final states."""
+    """ "seqlen:nheads:dstate[:chunk_size]" as a bf16 problem with P=64 that returns its final
+    states (chunk_size 256 unless given); the Problem checks the values."""
     try:
-        seqlen, nheads, dstate = (int(v) for v in text.split(":"))
+        values = [int(v) for v in text.split(":")]
     except ValueError:
-        raise ValueError(f"shape {text!r} is not seqlen:nheads:dstate, e.g. 16384:64:256") from None
+        values = []
+    if len(values) not in (3, 4):
+        raise ValueError(
+            f"shape {text!r} is not seqlen:nheads:dstate[:chunk_size], e.g. 16384:64:256"
+        )
+    chunk = {"chunk_size": values[3]} if len(values) == 4 else {}
     return Problem(
-        seqlen=seqlen, nheads=nheads, dstate=dstate, dtype="bfloat16", return_final_states=True
+        seqlen=values[0],
+        nheads=values[1],
+        dstate=values[2],
+        dtype="bfloat16",
+        return_final_states=True,
+        **chunk,
     )
 
 
@@ -68,7 +79,9 @@ def check(problem: Problem, kwargs: dict, config: SSDConfig, ref: tuple) -> tupl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate,... (bf16, P=64)")
+    parser.add_argument(
+        "--shapes", required=True, help="seqlen:nheads:dstate[:chunk],... (bf16, P=64)"
+    )
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--max-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path)

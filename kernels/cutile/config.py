@@ -108,20 +108,24 @@ def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
     per SM up to dstate 64, three at 128; from 256 on two, pairs of heads sharing each C·Bᵀ tile,
     which chunk_cb computes once per group when there are at least CB_MIN_TILES output tiles, and
     the state walk left whole (one segment: the walkers already fill the GPU, and the segment
-    correction would cost compute_out ~14 %).
+    correction would cost compute_out ~14 %). The row-times-column decay below the diagonal
+    (`out_rank1`) everywhere but where C·Bᵀ is computed inside for two heads: there it costs the
+    occupancy hint (2K/32/256: compute_out 32 → 53 µs).
     """
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
     if dstate <= 64:
-        return replace(walk, state_block_q=256, out_occupancy=4)
+        return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1)
     if dstate <= 128:
-        return replace(walk, state_block_n=128, out_occupancy=3)
+        return replace(walk, state_block_n=128, out_occupancy=3, out_rank1=1)
+    cb = int(tiles is None or tiles >= CB_MIN_TILES)
     return replace(
         walk,
         state_block_q=256,
         state_segments=1,
         out_occupancy=2,
         out_heads=2,
-        out_cb=int(tiles is None or tiles >= CB_MIN_TILES),
+        out_cb=cb,
+        out_rank1=cb,
     )
 
 

@@ -96,6 +96,16 @@ def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out
     assert default_config(128, tiles).out_cb == default_config(64, tiles).out_cb == 0
 
 
+@pytest.mark.parametrize(
+    ("dstate", "tiles", "rank1"), [(64, 128, 1), (128, 128, 1), (256, 128, 0), (256, 1024, 1)]
+)
+def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, tiles, rank1) -> None:
+    """The row-times-column decay spills compute_out where it also computes C·Bᵀ for two heads."""
+    config = default_config(dstate, tiles)
+    assert config.out_rank1 == rank1
+    assert not (config.out_rank1 and config.out_heads == 2 and config.out_cb == 0)
+
+
 def test_output_tiles_count_partial_chunks() -> None:
     assert output_tiles(batch=2, seqlen=1000, nheads=8, chunk_size=256) == 2 * 8 * 4
 

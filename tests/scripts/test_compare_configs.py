@@ -16,14 +16,20 @@ spec.loader.exec_module(compare_configs)
 def test_shapes_and_variants_parse() -> None:
     problem = compare_configs.parse_shape("16384:64:256")
     assert (problem.seqlen, problem.nheads, problem.dstate) == (16384, 64, 256)
-    assert problem.return_final_states
+    assert problem.return_final_states and problem.chunk_size == 256
+    assert compare_configs.parse_shape("4096:32:64:128").chunk_size == 128
     assert compare_configs.parse_variant('cb={"out_cb": 1}') == ("cb", {"out_cb": 1})
     assert compare_configs.parse_variant("default") == ("default", {})
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("16384:64", "seqlen:nheads:dstate"), ("1k:64:256", "seqlen:nheads:dstate")],
+    [
+        ("16384:64", "seqlen:nheads:dstate"),
+        ("1k:64:256", "seqlen:nheads:dstate"),
+        ("1024:64:256:256:1", "seqlen:nheads:dstate"),
+        ("1024:64:256:100", "chunk_size must be a power of two"),
+    ],
 )
 def test_bad_shape_says_the_format(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
