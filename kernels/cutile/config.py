@@ -104,19 +104,21 @@ def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
-    chunks per mma step up to dstate 64, 128 state columns per CTA at 128. compute_out: four CTAs
-    per SM up to dstate 64, three at 128; from 256 on two, pairs of heads sharing each C·Bᵀ tile,
-    which chunk_cb computes once per group when there are at least CB_MIN_TILES output tiles, and
-    the state walk left whole (one segment: the walkers already fill the GPU, and the segment
-    correction would cost compute_out ~14 %). The row-times-column decay below the diagonal
-    (`out_rank1`) everywhere but where C·Bᵀ is computed inside for two heads: there it costs the
-    occupancy hint (2K/32/256: compute_out 32 → 53 µs).
+    chunks per mma step up to dstate 64, 128 state columns per CTA at 128; from 256 on one segment
+    (the walkers already fill the GPU, and the segment correction would cost compute_out ~14 %).
+
+    compute_out: four CTAs per SM of one head up to dstate 64; from 128 on two CTAs per SM, each
+    for a pair of heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one
+    head; at 64 a loss). From 256 on chunk_cb computes C·Bᵀ once per group when there are at least
+    CB_MIN_TILES output tiles. The row-times-column decay below the diagonal (`out_rank1`)
+    everywhere but at 256 with C·Bᵀ computed inside: there it costs the occupancy hint
+    (2K/32/256: compute_out 32 → 53 µs).
     """
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
     if dstate <= 64:
         return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1)
     if dstate <= 128:
-        return replace(walk, state_block_n=128, out_occupancy=3, out_rank1=1)
+        return replace(walk, state_block_n=128, out_occupancy=2, out_heads=2, out_rank1=1)
     cb = int(tiles is None or tiles >= CB_MIN_TILES)
     return replace(
         walk,

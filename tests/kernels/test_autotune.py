@@ -100,10 +100,13 @@ def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out
     ("dstate", "tiles", "rank1"), [(64, 128, 1), (128, 128, 1), (256, 128, 0), (256, 1024, 1)]
 )
 def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, tiles, rank1) -> None:
-    """The row-times-column decay spills compute_out where it also computes C·Bᵀ for two heads."""
+    """The row-times-column decay spills compute_out where it also computes C·Bᵀ for two heads at
+    dstate 256; the tuner's candidates follow the same rule."""
     config = default_config(dstate, tiles)
     assert config.out_rank1 == rank1
-    assert not (config.out_rank1 and config.out_heads == 2 and config.out_cb == 0)
+    for candidate in autotune.out_candidates(dstate, 256):
+        inside_for_two = candidate["out_heads"] == 2 and candidate["out_cb"] == 0
+        assert candidate["out_rank1"] == int(not (dstate > 128 and inside_for_two))
 
 
 def test_output_tiles_count_partial_chunks() -> None:
