@@ -267,11 +267,12 @@ def fwd_pass_state_launch(
 
 def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) -> tuple[int, int]:
     """(segments, chunks per segment). 0 asks for enough walkers to fill every SM about 4 times,
-    with at least 4 chunks per segment so the H_s correction stays a small share of the work."""
+    down to one chunk per segment: few walkers on short sequences gain most (H200: −4 to −7 % at
+    L ≤ 2K with 32 heads), while long sequences fill the GPU with long segments anyway."""
     if requested:
         wanted = requested
     else:
-        wanted = min(-(-4 * _sm_count(device) // walkers), nchunks // 4)
+        wanted = -(-4 * _sm_count(device) // walkers)
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
 
