@@ -267,12 +267,15 @@ def fwd_pass_state_launch(
 
 def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) -> tuple[int, int]:
     """(segments, chunks per segment). 0 asks for enough walkers to fill every SM about 4 times,
-    down to one chunk per segment: few walkers on short sequences gain most (H200: −4 to −7 % at
-    L ≤ 2K with 32 heads), while long sequences fill the GPU with long segments anyway."""
+    with at least 4 chunks per segment so the H_s correction and segment_scan (serial over the
+    segments) stay a small share, except that up to one walker per SM is always allowed: on short
+    sequences with few walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32 heads), while more
+    segments lose there (docs/performance.md, change 15)."""
+    sms = _sm_count(device)
     if requested:
         wanted = requested
     else:
-        wanted = -(-4 * _sm_count(device) // walkers)
+        wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
 
