@@ -271,10 +271,10 @@ def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) 
     segments) stay a small share, except that up to one walker per SM is always allowed: on short
     sequences with few walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32 heads), while more
     segments lose there (docs/performance.md, change 15)."""
-    sms = _sm_count(device)
     if requested:
         wanted = requested
     else:
+        sms = _sm_count(device)
         wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
