@@ -30,6 +30,7 @@ from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
 from kernels.cutile.config import SSDConfig, default_config, output_tiles  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
+from scripts.variants import parse_variant  # noqa: E402
 
 
 def parse_shape(text: str) -> Problem:
@@ -52,22 +53,6 @@ def parse_shape(text: str) -> Problem:
         return_final_states=True,
         **chunk,
     )
-
-
-def parse_variant(text: str) -> tuple[str, dict]:
-    """ "name=JSON" with SSDConfig fields over the point's default_config; checked here, before any
-    GPU work."""
-    name, _, fields = text.partition("=")
-    if not name or name == "triton":
-        raise ValueError(f"variant {text!r} needs a name other than 'triton' before '='")
-    try:
-        overrides = json.loads(fields or "{}")
-    except json.JSONDecodeError as err:
-        raise ValueError(f"variant {name!r}: {fields!r} is not a JSON object ({err})") from None
-    if not isinstance(overrides, dict):
-        raise ValueError(f"variant {name!r}: {fields!r} is not a JSON object")
-    SSDConfig(**overrides)  # unknown fields (TypeError) or bad values (ValueError) fail here
-    return name, overrides
 
 
 def check(problem: Problem, kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:

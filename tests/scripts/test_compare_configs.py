@@ -13,13 +13,11 @@ compare_configs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(compare_configs)
 
 
-def test_shapes_and_variants_parse() -> None:
+def test_shapes_parse() -> None:
     problem = compare_configs.parse_shape("16384:64:256")
     assert (problem.seqlen, problem.nheads, problem.dstate) == (16384, 64, 256)
     assert problem.return_final_states and problem.chunk_size == 256
     assert compare_configs.parse_shape("4096:32:64:128").chunk_size == 128
-    assert compare_configs.parse_variant('cb={"out_cb": 1}') == ("cb", {"out_cb": 1})
-    assert compare_configs.parse_variant("default") == ("default", {})
 
 
 @pytest.mark.parametrize(
@@ -34,19 +32,3 @@ def test_shapes_and_variants_parse() -> None:
 def test_bad_shape_says_the_format(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         compare_configs.parse_shape(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "error", "message"),
-    [
-        ('triton={"out_cb": 1}', ValueError, "other than 'triton'"),
-        ('={"out_cb": 1}', ValueError, "needs a name"),
-        ("cb={out_cb: 1}", ValueError, "not a JSON object"),
-        ("cb=[1]", ValueError, "not a JSON object"),
-        ('cb={"out_cb": 7}', ValueError, "out_cb"),
-        ('cb={"no_such_knob": 1}', TypeError, "no_such_knob"),
-    ],
-)
-def test_bad_variant_names_what_to_change(text: str, error: type, message: str) -> None:
-    with pytest.raises(error, match=message):
-        compare_configs.parse_variant(text)

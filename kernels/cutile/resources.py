@@ -1,0 +1,83 @@
+"""Registers, local memory and shared memory of a compiled cuTile kernel, read on the CPU.
+
+An occupancy hint the tiles cannot meet is not reported by tileiras: the kernel spills to local
+memory, or (with a smaller hint) loses CTAs per SM, and runs slower. On the H200 every launch
+configuration that measured a large loss in compute_out also spilled much more than its
+alternative (docs/performance.md), so reading the cubin's resource attributes tells, without a
+GPU, which configurations are worth timing. The numbers come from the cubin's `.nv.info` section
+(attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
+section.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+ELF_MAGIC = b"\x7fELF"
+EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
+EIATTR_FRAME_SIZE = 0x11
+EIATTR_REGCOUNT = 0x2F
+
+
+@dataclass(frozen=True)
+class Resources:
+    registers: int  # per thread
+    local_bytes: int  # per thread: the stack frame, i.e. spilled registers and local arrays
+    shared_bytes: int  # static shared memory per CTA
+
+
+def read_cubin(data: bytes) -> Resources:
+    """The resources of the one kernel in an ELF64 cubin (as `export_kernel` writes it)."""
+    if data[:4] != ELF_MAGIC or data[4] != 2:
+        raise ValueError("not an ELF64 cubin (export the kernel with output_format='cubin')")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+
+    def name(offset: int) -> str:
+        start = names_at + offset
+        return data[start : data.index(b"\0", start)].decode()
+
+    attributes: dict[int, int] = {}
+    shared = 0
+    for name_offset, _, _, _, offset, size in headers:
+        section = name(name_offset)
+        if section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
+            shared += size
+        elif section == ".nv.info":  # the per-function values; .nv.info.<kernel> holds others
+            attributes.update(_info_attributes(data[offset : offset + size]))
+    if EIATTR_REGCOUNT not in attributes:
+        raise ValueError("the cubin has no register count (EIATTR_REGCOUNT)")
+    return Resources(attributes[EIATTR_REGCOUNT], attributes.get(EIATTR_FRAME_SIZE, 0), shared)
+
+
+def _info_attributes(info: bytes) -> dict[int, int]:
+    """Per-function values (a symbol index, then a u32) of one `.nv.info` section."""
+    values, pos = {}, 0
+    while pos + 2 <= len(info):
+        fmt, attribute = info[pos], info[pos + 1]
+        pos += 2
+        if fmt == EIFMT_SVAL:
+            (size,) = struct.unpack_from("<H", info, pos)
+            if attribute in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and size == 8:
+                values[attribute] = struct.unpack_from("<I", info, pos + 6)[0]
+            pos += 2 + size
+        elif fmt == EIFMT_HVAL:
+            pos += 2
+        elif fmt == EIFMT_BVAL:
+            pos += 1
+        elif fmt != EIFMT_NVAL:
+            raise ValueError(f"unknown .nv.info record format {fmt}")
+    return values
+
+
+def compile_resources(kernel, signature, arch: str = "sm_90") -> Resources:
+    """Compile one specialisation for `arch` on this machine and read its resources."""
+    from cuda.tile.compilation import export_kernel
+
+    cubin = io.BytesIO()
+    export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
+    return read_cubin(cubin.getvalue())

@@ -1,0 +1,71 @@
+"""Registers, spills and shared memory of the cuTile SSD kernels per launch configuration, on the
+CPU (no GPU needed): compiles what the default sweep launches for each dstate and variant and reads
+the cubin. A configuration that spills far more than the default is rarely worth device time.
+
+    python scripts/kernel_resources.py --dstates 128,256 --tiles 256 \
+        --variant base={} --variant rank1='{"out_rank1": 1}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.cutile.config import default_config  # noqa: E402
+from scripts.variants import parse_variant  # noqa: E402
+
+ARCHS = ("sm_90", "sm_100")
+
+
+def parse_dstates(text: str) -> list[int]:
+    """ "64,128,256" as state sizes the kernels support (1 to 256)."""
+    try:
+        dstates = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--dstates {text!r} is not a comma-separated list of integers") from None
+    bad = [n for n in dstates if not 1 <= n <= 256]
+    if bad:
+        raise ValueError(f"--dstates: {bad} outside 1..256, the state sizes the kernels support")
+    return dstates
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dstates", default="64,128,256", help="comma-separated state sizes")
+    parser.add_argument(
+        "--tiles", type=int, help="the problem's (chunk, head) output tiles (default: large)"
+    )
+    parser.add_argument("--segmented", action="store_true", help="the state walk split")
+    parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
+    parser.add_argument("--arch", choices=ARCHS, default="sm_90")
+    args = parser.parse_args()
+    try:
+        dstates = parse_dstates(args.dstates)
+        variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    from kernels.cutile.resources import compile_resources
+    from kernels.cutile.signatures import sweep_launches
+
+    print(
+        f"{'dstate':>6} {'variant':<14} {'kernel':<15} {'regs':>5} {'local B':>8} {'shared KB':>9}"
+    )
+    for dstate in dstates:
+        for name, overrides in variants:
+            config = dataclasses.replace(default_config(dstate, args.tiles), **overrides)
+            for kernel_name, kernel, signature in sweep_launches(dstate, config, args.segmented):
+                res = compile_resources(kernel, signature, args.arch)
+                print(
+                    f"{dstate:>6} {name:<14} {kernel_name:<15} {res.registers:>5} "
+                    f"{res.local_bytes:>8} {res.shared_bytes / 1024:>9.1f}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
