@@ -111,8 +111,8 @@ def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
     for a pair of heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one
     head; at 64 a loss). From 256 on chunk_cb computes C·Bᵀ once per group when there are at least
     CB_MIN_TILES output tiles. The row-times-column decay below the diagonal (`out_rank1`)
-    everywhere but at 256 with C·Bᵀ computed inside: there it costs the occupancy hint
-    (2K/32/256: compute_out 32 → 53 µs).
+    everywhere but at 256 with C·Bᵀ computed inside: there it spills (2K/32/256: compute_out 32 →
+    53 µs).
     """
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
     if dstate <= 64:
