@@ -114,6 +114,26 @@ def kernel_breakdown(df: pd.DataFrame, mode: str = "kernels") -> pd.DataFrame:
     return table.sort_values(order, kind="stable").reset_index(drop=True)
 
 
+def chunks_run(df: pd.DataFrame) -> pd.DataFrame:
+    """The chunk length each provider ran at each point (ok rows): the tuning column's
+    chunk_size under chunk_policy=fastest, else the problem's chunk_size. Columns: point,
+    provider, chunk_size (the problem's), chunk_run, chunk_policy."""
+    ok = df[df["status"] == "ok"].drop_duplicates(["point", "provider"])
+    tunings = [json.loads(t or "{}") for t in ok["tuning"]]
+    problem_chunks = ok["chunk_size"].tolist()
+    return pd.DataFrame(
+        {
+            "point": ok["point"].to_numpy(),
+            "provider": ok["provider"].to_numpy(),
+            "chunk_size": problem_chunks,
+            "chunk_run": [
+                t.get("chunk_size", q) for t, q in zip(tunings, problem_chunks, strict=True)
+            ],
+            "chunk_policy": [t.get("chunk_policy", "fixed") for t in tunings],
+        }
+    )
+
+
 def varying_columns(table: pd.DataFrame, exclude: tuple[str, ...] = ()) -> list[str]:
     """Shape/dtype/option columns that take more than one value in `table` (for labels)."""
     candidates = [c for c in (*SHAPE_COLUMNS, "dtype", "options") if c not in exclude]

@@ -71,6 +71,21 @@ class TritonAutotune(Enum):
     per_point = "per_point"
 
 
+class ChunkPolicy(Enum):
+    """The chunk length each provider runs at. fixed: the problem's chunk_size. fastest: per point
+    and provider, whichever of chunk_size and chunk_size / 2 it runs faster (the SSD's output does
+    not depend on the chunk length; it is a tuning knob like a tile size). Every length tried is
+    checked against the reference; the choice and the screening times go into the tuning column."""
+
+    fixed = "fixed"
+    fastest = "fastest"
+
+
+#: Settings added after runs were recorded, with the value those runs had; a resumed run and the
+#: gate read a missing key as this value.
+LEGACY_SETTINGS: dict[str, object] = {"chunk_policy": ChunkPolicy.fixed.value}
+
+
 @dataclass
 class SweepConfig:
     """Points to measure. Each Problem field takes a value or a list of values (None: Problem's
@@ -143,6 +158,7 @@ class BenchConfig:
     gpus: int = 1  # > 1: one shard per GPU of this node, in parallel (harness/local_gpus.py)
     tune: Tune = Tune.cached
     triton_autotune: TritonAutotune = TritonAutotune.once
+    chunk_policy: ChunkPolicy = ChunkPolicy.fixed
     progress: bool = True
 
 

@@ -42,18 +42,19 @@ from pathlib import Path
 import pandas as pd
 
 from harness import analysis, markdown, records
+from harness.config import LEGACY_SETTINGS
 
 FAILING = ("slower", "broken")
 TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
-#: Settings of meta["config"] (dotted paths into runner.MEASUREMENT_KEYS) whose difference makes
-#: two runs' speedups measure different things: what cuTile and Triton run (tune,
-#: triton_autotune), the cache state they start from (timing.l2) and the inputs (seed). The other
+#: Settings of meta["config"] (dotted paths into runner.MEASUREMENT_KEYS) whose difference makes two
+#: runs' speedups measure different things: what cuTile and Triton run (tune, triton_autotune,
+#: chunk_policy), the cache state they start from (timing.l2) and the inputs (seed). The other
 #: measurement settings are left out on purpose: the stopping rule (timing.warmup, min_reps,
 #: max_reps, max_seconds, ci_target, kernels_batch) only sets how precisely the same quantity is
 #: measured, which the recorded CIs carry; timing.flush_mib leaves the L2 as cold as l2 says (the
-#: runner flushes at least twice the L2); timing.modes only says which modes exist, and the
-#: compared mode must have rows in both runs; check.* decides how answers are judged, not timed.
-SETTINGS_KEYS = ("tune", "triton_autotune", "timing.l2", "seed")
+#: runner flushes at least twice the L2); timing.modes only says which modes exist, and the compared
+#: mode must have rows in both runs; check.* decides how answers are judged, not timed.
+SETTINGS_KEYS = ("tune", "triton_autotune", "chunk_policy", "timing.l2", "seed")
 VERDICT_ORDER = (
     "slower",
     "broken",
@@ -125,11 +126,12 @@ def load(path: Path, label: str) -> Run:
 
 
 def setting(meta: dict, key: str) -> object:
-    """The value of a dotted SETTINGS_KEYS path in a run's meta["config"] (None where absent)."""
+    """The value of a dotted SETTINGS_KEYS path in a run's meta["config"]; where absent, the
+    value runs had before the setting existed (config.LEGACY_SETTINGS), else None."""
     value: object = meta.get("config")
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return LEGACY_SETTINGS.get(key) if value is None else value
 
 
 def different_settings(baseline: Run, candidate: Run) -> list[str]:

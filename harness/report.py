@@ -162,6 +162,24 @@ def points_section(table: pd.DataFrame) -> str:
     return f"## Points ({mode} mode)\n\n" + markdown.table(header, rows)
 
 
+def chunks_section(df: pd.DataFrame) -> str | None:
+    """How many points each provider ran at which chunk length, when the run let them choose
+    (chunk_policy=fastest); None otherwise."""
+    chunks = analysis.chunks_run(df)
+    if (chunks["chunk_policy"] == "fixed").all():
+        return None
+    counts = chunks.groupby(["provider", "chunk_size", "chunk_run"]).size()
+    rows = [(provider, q, ran, n) for (provider, q, ran), n in counts.items()]
+    text = (
+        "## Chunk lengths run\n\nchunk_policy=fastest: at every point each provider ran the "
+        "faster of the problem's chunk length and its half (both checked against the reference); "
+        "the rows' tuning column has the choice and the screening times, and TFLOP/s count the "
+        "FLOPs at the length run.\n\n"
+    )
+    header = ("provider", "problem chunk", "chunk run", "points")
+    return text + markdown.table(header, rows)
+
+
 def failures_section(df: pd.DataFrame) -> str:
     """Rows whose status is not ok, with the first line of their error."""
     bad = df[df["status"] != "ok"]
@@ -202,7 +220,8 @@ def render(
     ]
     if modes:
         sections.append(points_section(analysis.speedups(df, baseline, candidate, modes[0])))
-    sections += [failures_section(df), wide_ci_section(df)]
+    chunks = chunks_section(df)
+    sections += [*([chunks] if chunks else []), failures_section(df), wide_ci_section(df)]
     return "\n\n".join(sections) + "\n"
 
 

@@ -25,7 +25,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,14 +34,24 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from harness import correctness, environment, providers, records, sharding
-from harness.config import BenchConfig, ConfigError, TritonAutotune, validate
+from harness.config import (
+    LEGACY_SETTINGS,
+    BenchConfig,
+    ChunkPolicy,
+    ConfigError,
+    TritonAutotune,
+    validate,
+)
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes, output_bytes
-from harness.timing import Call, CudaTimer, Measurement, Timer, measure
+from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
 OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
 # Config keys that change what a number means: a resumed run must keep them.
-MEASUREMENT_KEYS = ("timing", "seed", "tune", "triton_autotune", "check")
+MEASUREMENT_KEYS = ("timing", "seed", "tune", "triton_autotune", "chunk_policy", "check")
+#: chunk_policy=fastest: the short timing that picks a provider's chunk length (not recorded as
+#: the point's measurement, which is taken afterwards with the run's own timing).
+SCREEN = TimingPolicy(warmup=2, min_reps=6, max_reps=100, max_seconds=0.3, ci_target=0.02)
 
 
 class SweepAborted(RuntimeError):
@@ -62,6 +72,7 @@ class Outcome:
     rel_err: float = math.nan
     final_rel_err: float = math.nan
     check_against: str = ""
+    chunk_size: int = 0  # the chunk length it ran at (0: the problem's)
     tuning: dict = field(default_factory=dict)  # what the provider's tuner chose
     measurements: dict[str, Measurement] = field(default_factory=dict)
 
@@ -98,7 +109,9 @@ def _first_difference(old: object, new: object, key: str) -> str | None:
 
 def _incompatibility(meta: dict, config: dict) -> str | None:
     for key in MEASUREMENT_KEYS:
-        found = _first_difference(meta["config"].get(key), config[key], key)
+        found = _first_difference(
+            meta["config"].get(key, LEGACY_SETTINGS.get(key)), config[key], key
+        )
         if found:
             return found
     return None
@@ -311,31 +324,73 @@ class Sweep:
             todo = sorted(todo, key=lambda p: p.name != fallback)
         calls = []
         for p in todo:
-            outcome = outcomes[p.name]
-            try:
-                fn = self._load(p)
-                kwargs = inputs.to(self.device).kwargs()
-                if p.tuner is not None:
-                    extra, outcome.tuning = p.tuner(kwargs, self.cfg.tune.value)
-                    fn = functools.partial(fn, **extra)
-                if self.on_cuda:
-                    correctness.poison_cuda_allocator(self.device, output_bytes(problem))
-                result = fn(**kwargs)
-                self._sync()
-                if p.tuning_report is not None:
-                    outcome.tuning["picks"] = p.tuning_report()
-                self._judge(problem, result, expected, outcome)
-                outcome.check_against = against if expected is not None else ""
-                if expected is None and p.name == fallback and outcome.status == "ok":
-                    expected, against = result, f"provider:{fallback}"
-                del result
-            except Exception as exc:  # this provider only; a broken context stops the sweep
-                outcome.fail("error", records.error_message(exc))
-                self._free()
-                self._health(p.name)
+            tried: list[tuple[Outcome, Call]] = []
+            for chunk in self._chunk_lengths(problem, p):
+                outcome = outcomes[p.name] = Outcome(chunk_size=chunk)  # the culprit's, if any
+                try:
+                    fn = self._load(p)
+                    kwargs = {**inputs.to(self.device).kwargs(), "chunk_size": chunk}
+                    if p.tuner is not None:
+                        extra, outcome.tuning = p.tuner(kwargs, self.cfg.tune.value)
+                        fn = functools.partial(fn, **extra)
+                    if self.on_cuda:
+                        correctness.poison_cuda_allocator(self.device, output_bytes(problem))
+                    result = fn(**kwargs)
+                    self._sync()
+                    if p.tuning_report is not None:
+                        outcome.tuning["picks"] = p.tuning_report()
+                    self._judge(problem, result, expected, outcome)
+                    outcome.check_against = against if expected is not None else ""
+                    if expected is None and p.name == fallback and outcome.status == "ok":
+                        expected, against = result, f"provider:{fallback}"
+                    del result
+                except Exception as exc:  # this provider only; a broken context stops the sweep
+                    outcome.fail("error", records.error_message(exc))
+                    self._free()
+                    self._health(p.name)
+                if outcome.status != "ok":  # a wrong answer at any chunk length is a wrong provider
+                    if chunk != problem.chunk_size:
+                        outcome.error = f"at chunk_size {chunk}: {outcome.error}"
+                    break
+                tried.append(
+                    (outcome, Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes))
+                )
+            if outcomes[p.name].status != "ok":
                 continue
-            calls.append(Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes))
+            outcome, call = self._fastest(tried) if len(tried) > 1 else tried[0]
+            outcomes[p.name] = outcome
+            self._health(p.name)  # the screening may have broken the context
+            calls.append(call)
         return calls
+
+    def _chunk_lengths(self, problem: Problem, provider: providers.Provider) -> list[int]:
+        """The chunk lengths to try: the problem's, and under chunk_policy=fastest its half too
+        (when the half is a valid chunk_size that the provider supports)."""
+        lengths = [problem.chunk_size]
+        half = problem.chunk_size // 2
+        if self.cfg.chunk_policy is ChunkPolicy.fastest and half >= 16:
+            if provider.supports(replace(problem, chunk_size=half)) is None:
+                lengths.append(half)
+        return lengths
+
+    def _fastest(self, tried: list[tuple[Outcome, Call]]) -> tuple[Outcome, Call]:
+        """The chunk length that ran fastest in a short screening (graph mode when the run times
+        it; a length whose screening failed counts as infinitely slow), with every length's
+        screening median added to its tuning record."""
+        modes = [m.value for m in self.cfg.timing.modes]
+        mode = "graph" if "graph" in modes else modes[0]
+        renamed = [replace(call, name=str(o.chunk_size)) for o, call in tried]
+        screened = measure(renamed, mode, SCREEN, self.timer)
+        if any(m.error for m in screened):
+            self._free()
+        times = [m.summary.median if m.summary else math.inf for m in screened]
+        outcome, call = tried[times.index(min(times))]
+        outcome.tuning["chunk_size"] = outcome.chunk_size
+        outcome.tuning["chunk_screen_ms"] = {
+            m.name: round(t, 5) if math.isfinite(t) else m.error
+            for m, t in zip(screened, times, strict=True)
+        }
+        return outcome, call
 
     def _judge(self, problem: Problem, result: object, expected: object, outcome: Outcome) -> None:
         """Fill the outcome's errors and status from the answer (NaN never passes)."""
@@ -367,7 +422,11 @@ class Sweep:
             "triton": {"triton_autotune": self.cfg.triton_autotune.value},
             "cutile": {"tune": self.cfg.tune.value},
         }
-        record = {"matmul_policy": provider.matmul_policy, **policies.get(provider.name, {})}
+        record = {
+            "matmul_policy": provider.matmul_policy,
+            "chunk_policy": self.cfg.chunk_policy.value,
+            **policies.get(provider.name, {}),
+        }
         return json.dumps({**record, **outcome.tuning})
 
     def rows(self, problem: Problem, provider: providers.Provider, o: Outcome) -> list[dict]:
@@ -389,6 +448,8 @@ class Sweep:
             "worker": self.worker,
             "seed": self.cfg.seed,
         }
+        # The FLOP model at the chunk length it ran (a shorter chunk does fewer FLOPs).
+        ran = replace(problem, chunk_size=o.chunk_size) if o.chunk_size else problem
         rows = []
         for mode in (m.value for m in self.cfg.timing.modes):
             m = o.measurements.get(mode)
@@ -402,7 +463,7 @@ class Sweep:
                 status, error = ("error", m.error) if m.error else ("ok", "")
             timed = m if status == "ok" else None
             rows.append({**base, "mode": mode, "status": status, "error": error,
-                         **self._timing_columns(problem, timed),
+                         **self._timing_columns(ran, timed),
                          "timestamp": environment.now_utc()})  # fmt: skip
         return rows
 

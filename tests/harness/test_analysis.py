@@ -106,3 +106,16 @@ def test_kernel_breakdown_without_kernels_mode_is_empty() -> None:
 def test_varying_columns() -> None:
     df = synthetic_table(dstates=(128,))
     assert analysis.varying_columns(df) == ["seqlen", "nheads"]
+
+
+def test_chunks_run_reads_the_choice_from_the_tuning_column() -> None:
+    table = synthetic_table()
+    picked = table["provider"] == "cutile"
+    table.loc[picked, "tuning"] = json.dumps({"chunk_policy": "fastest", "chunk_size": 128})
+    chunks = analysis.chunks_run(table)
+    assert len(chunks) == table["point"].nunique() * 2
+    cutile = chunks[chunks["provider"] == "cutile"]
+    assert set(cutile["chunk_run"]) == {128} and set(cutile["chunk_policy"]) == {"fastest"}
+    triton = chunks[chunks["provider"] == "triton"]
+    assert (triton["chunk_run"] == triton["chunk_size"]).all()
+    assert set(triton["chunk_policy"]) == {"fixed"}

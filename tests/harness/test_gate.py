@@ -172,6 +172,7 @@ def test_different_gpus(capsys, tmp_path: Path, baseline: Path) -> None:
     [
         ("tune", "cached", "tune='off' in the baseline, 'cached' in the candidate"),
         ("triton_autotune", "per_point", "triton_autotune='once' in the baseline, 'per_point'"),
+        ("chunk_policy", "fastest", "chunk_policy='fixed' in the baseline, 'fastest' in the"),
         ("timing.l2", "warm", "timing.l2='cold' in the baseline, 'warm' in the candidate"),
         ("seed", 1, "seed=0 in the baseline, 1 in the candidate"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -59,6 +60,22 @@ def test_report_lists_failures_and_wide_cis(tmp_path: Path) -> None:
     assert "8.3 %" in text.split("## Wide confidence intervals")[1]
     assert "ok / error" in text
     assert not (run / "report.md").exists()
+
+
+def test_report_counts_the_chunk_lengths_run_only_when_they_were_chosen(tmp_path: Path) -> None:
+    table = synthetic_table()
+    assert report.chunks_section(table) is None
+    cutile = table["provider"] == "cutile"
+    first = table["point"] == table["point"].iloc[0]
+    table.loc[cutile, "tuning"] = json.dumps({"chunk_policy": "fastest", "chunk_size": 256})
+    table.loc[cutile & first, "tuning"] = json.dumps({"chunk_policy": "fastest", "chunk_size": 128})
+    run = write_run(tmp_path / "run", table, synthetic_meta())
+    assert report.main([str(run)]) == 0
+    section = (run / "report.md").read_text().split("## Chunk lengths run")[1].split("##")[0]
+    points = table["point"].nunique()
+    assert "| cutile | 256 | 128 | 1 |" in section
+    assert f"| cutile | 256 | 256 | {points - 1} |" in section
+    assert f"| triton | 256 | 256 | {points} |" in section
 
 
 def test_report_without_kernels_mode_skips_the_breakdown(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ float64 reference, a wall-clock timer standing in for CUDA, and the run director
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -220,6 +221,19 @@ def test_resumed_run_must_keep_its_measurement_settings(tmp_path: Path) -> None:
     sweep(make_cfg(tmp_path, ["good"], "run_id=r1"))
     with pytest.raises(ConfigError, match=r"run r1 was measured with timing.ci_target=0.01"):
         sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "timing.ci_target=0.02"))
+    with pytest.raises(ConfigError, match=r"chunk_policy='fixed' there, 'fastest' now"):
+        sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "chunk_policy=fastest"))
+
+
+def test_a_run_recorded_before_chunk_policy_resumes_as_fixed(tmp_path: Path) -> None:
+    run_dir = sweep(make_cfg(tmp_path, ["good"], "run_id=r1"))
+    meta_file = run_dir / records.META_FILE
+    meta = json.loads(meta_file.read_text())
+    del meta["config"]["chunk_policy"]
+    meta_file.write_text(json.dumps(meta))
+    sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "sweep.seqlen=[32,64,128]"))
+    with pytest.raises(ConfigError, match="chunk_policy"):
+        sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "chunk_policy=fastest"))
 
 
 def test_resume_true_continues_the_newest_run_of_the_same_sweep(tmp_path: Path) -> None:
@@ -302,7 +316,72 @@ def test_per_point_triton_autotuning_is_reset_and_recorded(tmp_path: Path, monke
     tunings = [json.loads(t) for t in by(df, "triton")["tuning"]]
     assert all(t["triton_autotune"] == "per_point" for t in tunings)
     assert all("matmul_policy" in t for t in tunings)
-    assert set(by(df, "good")["tuning"]) == {'{"matmul_policy": ""}'}
+    assert set(by(df, "good")["tuning"]) == {'{"matmul_policy": "", "chunk_policy": "fixed"}'}
+
+
+def _slow_at(slow_chunk: int, wrong: bool = False):
+    """A right answer that takes 5 ms longer at `slow_chunk` (or is wrong there)."""
+    right, spoiled = _answer(), _answer(scale=1.5)
+
+    def ssd_forward(**kwargs):
+        if kwargs["chunk_size"] == slow_chunk:
+            if wrong:
+                return spoiled(**kwargs)
+            time.sleep(0.005)
+        return right(**kwargs)
+
+    return ssd_forward
+
+
+def _chunk_tuning(df, provider: str) -> list[dict]:
+    return [json.loads(t) for t in by(df, provider)["tuning"]]
+
+
+def test_chunk_policy_fastest_runs_each_provider_at_its_faster_chunk(tmp_path: Path) -> None:
+    for name, slow in (("likes32", 16), ("likes16", 32)):
+        providers.register(fake(name, _slow_at(slow)))
+    cfg = make_cfg(tmp_path, ["likes32", "likes16"], "sweep.chunk_size=32", "chunk_policy=fastest")
+    df, meta = records.load_run(sweep(cfg))
+    assert set(df["status"]) == {"ok"} and set(df["chunk_size"]) == {32}
+    assert meta["config"]["chunk_policy"] == "fastest"
+    for name, chosen in (("likes32", 32), ("likes16", 16)):
+        tunings = _chunk_tuning(df, name)
+        assert {t["chunk_size"] for t in tunings} == {chosen}, name
+        assert all(t["chunk_policy"] == "fastest" for t in tunings)
+        screen = tunings[0]["chunk_screen_ms"]
+        assert set(screen) == {"32", "16"} and screen[str(48 - chosen)] > screen[str(chosen)] + 3
+        assert (by(df, name)["rel_err"] < 1e-2).all()
+    # TFLOP/s come from the FLOP model at the chunk length that ran.
+    row = by(df, "likes16", 64).query("mode == 'graph'").iloc[0]
+    problem = next(p for p in config.validate(cfg) if p.seqlen == 64)
+    ran = runner.flops(dataclasses.replace(problem, chunk_size=16))
+    assert ran != runner.flops(problem)
+    assert row["tflops"] == pytest.approx(ran / (row["median_ms"] * 1e-3) / 1e12)
+
+
+def test_chunk_policy_fastest_fails_a_provider_wrong_at_either_chunk(tmp_path: Path) -> None:
+    providers.register(fake("wrong16", _slow_at(16, wrong=True)))
+    cfg = make_cfg(tmp_path, ["wrong16"], "sweep.chunk_size=32", "chunk_policy=fastest")
+    df, _ = records.load_run(sweep(cfg))
+    assert set(df["status"]) == {"wrong"}
+    assert df["error"].str.startswith("at chunk_size 16: rel_err 0.5").all()
+
+
+def test_chunk_policy_tries_only_lengths_the_provider_supports(tmp_path: Path) -> None:
+    supports = lambda p: "chunk_size < 32" if p.chunk_size < 32 else None  # noqa: E731
+    providers.register(fake("only32", _answer(), supports=supports))
+    cfg = make_cfg(tmp_path, ["only32", "good"], "sweep.chunk_size=32", "chunk_policy=fastest")
+    df, _ = records.load_run(sweep(cfg))
+    assert set(df["status"]) == {"ok"}
+    assert CALLS["only32"] == 2 * (1 + 3 * (1 + 6))  # as under fixed: no second check, no screen
+    assert "chunk_screen_ms" not in _chunk_tuning(df, "only32")[0]
+    assert set(_chunk_tuning(df, "good")[0]["chunk_screen_ms"]) == {"32", "16"}
+
+
+def test_chunk_policy_fixed_runs_the_problems_chunk_once(tmp_path: Path) -> None:
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good"], "sweep.chunk_size=32")))
+    assert CALLS["good"] == 2 * (1 + 3 * (1 + 6))  # check, then warm-up and reps in 3 modes
+    assert all("chunk_size" not in t for t in _chunk_tuning(df, "good"))
 
 
 def test_broken_device_stops_the_sweep_after_recording_the_culprit(
