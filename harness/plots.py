@@ -199,9 +199,13 @@ def roofline_fraction(
     heads = sorted(rows["nheads"].unique())
     fig, axes = _panels(len(heads), rows=2)
     peaks = peaks or {}
+
+    def rate(key: str) -> str:
+        return f"{peaks[key]:.0f}" if isinstance(peaks.get(key), (int, float)) else "?"
+
     labels = (
-        ("frac_peak_flops", f"% of bf16 peak ({peaks.get('bf16_tflops', '?')} TFLOP/s)"),
-        ("frac_peak_bw", f"% of copy bandwidth ({peaks.get('copy_gbps', '?')} GB/s)"),
+        ("frac_peak_flops", f"% of bf16 peak ({rate('bf16_tflops')} TFLOP/s)"),
+        ("frac_peak_bw", f"% of copy bandwidth ({rate('copy_gbps')} GB/s)"),
     )
     for r, (column, label) in enumerate(labels):
         for ax, nheads in zip(axes[r], heads, strict=True):
