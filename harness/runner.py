@@ -6,11 +6,12 @@ resumed: see `open_run`; shards of one sweep share it) and record this worker in
 GPU's peaks once per run; then for each point not yet measured: make its inputs once (fixed seed),
 check each provider's answer before timing it (against the float64 reference, or a peer when the
 reference would not fit), time the providers that answered right in each mode with their repetitions
-interleaved, and write one part file per provider. A wrong answer is recorded as status "wrong" and
-never timed; an exception (including running out of memory) becomes status "error" for that
-provider, mode or point, and the sweep goes on. Only a broken CUDA context (a sticky error such as
-an illegal address) stops it, after recording the culprit, since every later point would fail too:
-rerun to resume.
+interleaved, and write one part file per provider. Under chunk_policy=fastest each provider is
+checked at the problem's chunk length and at its half, and timed at the one it runs faster. A wrong
+answer is recorded as status "wrong" and never timed; an exception (including running out of memory)
+becomes status "error" for that provider, mode or point, and the sweep goes on. Only a broken CUDA
+context (a sticky error such as an illegal address) stops it, after recording the culprit, since
+every later point would fail too: rerun to resume.
 
 Device, timer, peaks and environment are injectable so that the whole loop runs on CPU in tests.
 """
@@ -311,7 +312,8 @@ class Sweep:
         todo: list[providers.Provider],
         outcomes: dict[str, Outcome],
     ) -> list[Call]:
-        """Run each provider once on its own copy of the inputs and judge the answer.
+        """Run each provider on its own copy of the inputs and judge the answer, once per chunk
+        length it may run (chunk_policy); with two lengths that both pass, keep the faster.
 
         Returns the calls to time (those that ran). Without the float64 reference, the fallback
         provider runs first and the others are compared with it; it is itself only checked for
