@@ -4,6 +4,13 @@ the cubin. A configuration that spills far more than the default is rarely worth
 
     python scripts/kernel_resources.py --dstates 128,256 --tiles 256 \
         --variant base={} --variant rank1='{"out_rank1": 1}'
+
+The builders' signatures leave out the shape and stride facts a launch derives from its tensors
+(kernels/cutile/signatures.py, `array`), so their figures can differ from what runs. `--symbol`
+takes a kernel name as Nsight Compute prints it and compiles exactly that specialisation, with
+the occupancy hint its config asked for:
+
+    python scripts/kernel_resources.py --occupancy 2 --symbol compute_out_kernel_Kt2_A4bf16_...
 """
 
 from __future__ import annotations
@@ -42,15 +49,34 @@ def main() -> int:
     parser.add_argument("--segmented", action="store_true", help="the state walk split")
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--arch", choices=ARCHS, default="sm_90")
+    parser.add_argument("--symbol", action="append", default=[], help="a profiled kernel's name")
+    parser.add_argument(
+        "--occupancy", type=int, default=0, help="CTAs per SM hint for --symbol (0: none)"
+    )
     args = parser.parse_args()
     try:
         dstates = parse_dstates(args.dstates)
         variants = [parse_variant(v) for v in args.variant] or [("default", {})]
     except (TypeError, ValueError) as err:
         parser.error(str(err))
+    from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_resources
-    from kernels.cutile.signatures import sweep_launches
+    from kernels.cutile.signatures import from_symbol, sweep_launches
 
+    if args.occupancy < 0:
+        parser.error(f"--occupancy must be >= 0, got {args.occupancy}")
+    if args.symbol:
+        try:
+            launches = [from_symbol(symbol) for symbol in args.symbol]
+            kernels = [with_occupancy(kernel, args.occupancy) for _, kernel, _ in launches]
+        except ValueError as err:
+            parser.error(str(err))
+        print(f"{'kernel':<22} {'regs':>5} {'local B':>8} {'shared KB':>9}")
+        for (name, _, signature), kernel in zip(launches, kernels, strict=True):
+            res = compile_resources(kernel, signature, args.arch)
+            print(f"{name:<22} {res.registers:>5} {res.local_bytes:>8} "
+                  f"{res.shared_bytes / 1024:>9.1f}")  # fmt: skip
+        return 0
     print(
         f"{'dstate':>6} {'variant':<14} {'kernel':<15} {'regs':>5} {'local B':>8} {'shared KB':>9}"
     )

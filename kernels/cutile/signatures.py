@@ -14,13 +14,24 @@ from cuda.tile.compilation import (
     CallingConvention,
     KernelSignature,
     ScalarConstraint,
+    demangle_kernel_name,
 )
 
 from kernels.cutile.chunk_cb import chunk_cb_kernel
+from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel
 from kernels.cutile.config import SSDConfig, with_occupancy
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
+from kernels.cutile.segment_scan import segment_scan_kernel
 from kernels.cutile.tiles import pow2_tile
+
+KERNELS = {
+    "chunk_cumsum_kernel": chunk_cumsum_kernel,
+    "fwd_pass_state_kernel": fwd_pass_state_kernel,
+    "segment_scan_kernel": segment_scan_kernel,
+    "chunk_cb_kernel": chunk_cb_kernel,
+    "compute_out_kernel": compute_out_kernel,
+}
 
 DTYPES = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16}
 DEFAULT_TILES = SSDConfig()  # the tile sizes a builder takes when none are given
@@ -28,7 +39,13 @@ CHUNK = 256
 
 
 def array(dtype, ndim: int) -> ArrayConstraint:
-    """A contiguous array as torch hands it over: last stride 1, 16-byte aligned base."""
+    """A contiguous array as torch hands it over: last stride 1, 16-byte aligned base.
+
+    A launch also specialises on facts of the actual tensors (size-1 axes, sizes divisible by 16,
+    strides divisible by 16 bytes) that this leaves out, so what compiles from these signatures
+    is not always what runs: at dstate 128 the default compute_out compiles to 255 registers here
+    and to 128 with the facts of a 64K/128/128 launch. For the exact specialisation that ran, use
+    `from_symbol` on the kernel name a profiler shows."""
     return ArrayConstraint(
         dtype,
         ndim,
@@ -150,3 +167,12 @@ def sweep_launches(
         )
     launches.append(("compute_out", with_occupancy(compute_out_kernel, config.out_occupancy), out))
     return launches
+
+
+def from_symbol(symbol: str) -> tuple[str, object, KernelSignature]:
+    """(name, kernel, signature) of a mangled kernel name as a profiler shows it: the exact
+    specialisation that ran, with every fact its launch derived from the tensors."""
+    name, signature = demangle_kernel_name(symbol)
+    if name not in KERNELS:
+        raise ValueError(f"{symbol[:60]!r} names {name!r}, none of {sorted(KERNELS)}")
+    return name, KERNELS[name], signature
