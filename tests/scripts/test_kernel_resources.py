@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from scripts.kernel_resources import parse_dstates
@@ -18,3 +22,19 @@ def test_dstates_parse() -> None:
 def test_bad_dstates_say_what_to_change(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_dstates(text)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--symbol", "matmul_kernel_Kt2"], "none of"),
+        (["--symbol", "compute_out_kernel_Kt2", "--occupancy", "-1"], "--occupancy must be >= 0"),
+    ],
+)
+def test_bad_symbols_and_hints_fail_before_any_compile(args: list[str], message: str) -> None:
+    pytest.importorskip("cuda.tile")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kernel_resources.py"
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
