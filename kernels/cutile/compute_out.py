@@ -27,6 +27,20 @@ ConstBool = ct.Constant[bool]
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
 
+def _c_slice(C, batch, row_block, group, s, TM: int, NS: int, mma_dtype):
+    """The (TM, NS) tile of C at row block `row_block` and dstate slice `s`, as mma operand."""
+    return (
+        ct.load(
+            C,
+            index=(batch, row_block, group, s),
+            shape=(1, TM, 1, NS),
+            padding_mode=ct.PaddingMode.ZERO,
+        )
+        .reshape((TM, NS))
+        .astype(mma_dtype)
+    )
+
+
 def _c_times_state(
     C,
     states,
@@ -47,16 +61,7 @@ def _c_times_state(
     for s in range(slices):
         c_s = c_first
         if s > 0:
-            c_s = (
-                ct.load(
-                    C,
-                    index=(batch, row_block, group, s),
-                    shape=(1, TM, 1, NS),
-                    padding_mode=ct.PaddingMode.ZERO,
-                )
-                .reshape((TM, NS))
-                .astype(mma_dtype)
-            )
+            c_s = _c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
         state_t = ct.load(
             states,
             index=(batch, slot, head, s, 0),
@@ -133,16 +138,7 @@ def _c_times_b(
     for s in range(slices):
         c_s = c_first
         if s > 0:
-            c_s = (
-                ct.load(
-                    C,
-                    index=(batch, row_block, group, s),
-                    shape=(1, TM, 1, NS),
-                    padding_mode=ct.PaddingMode.ZERO,
-                )
-                .reshape((TM, NS))
-                .astype(mma_dtype)
-            )
+            c_s = _c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
         b_k = ct.load(
             B,
             index=(batch, s, group, k_tile),
@@ -315,14 +311,9 @@ def compute_out_kernel(
     chunk = row_block // blocks_per_chunk
     m_block = row_block % blocks_per_chunk
     slices = N // NS
-    zero = ct.PaddingMode.ZERO
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
 
-    c_first = (
-        ct.load(C, index=(batch, row_block, group, 0), shape=(1, TM, 1, NS), padding_mode=zero)
-        .reshape((TM, NS))
-        .astype(mma_dtype)
-    )
+    c_first = _c_slice(C, batch, row_block, group, 0, TM, NS, mma_dtype)
     # Per head: the decay of its rows, and (RANK1) the anchor, dA at the block's first row.
     dA_m0 = _rows(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
