@@ -6,10 +6,12 @@ the cubin. A configuration that spills far more than the default is rarely worth
         --variant base={} --variant rank1='{"out_rank1": 1}'
 
 The builders' signatures leave out the shape and stride facts a launch derives from its tensors
-(kernels/cutile/signatures.py, `array`), so their figures can differ from what runs. `--symbol`
-takes a kernel name as Nsight Compute prints it and compiles exactly that specialisation, with
-the occupancy hint its config asked for:
+(kernels/cutile/signatures.py, `array`), so their figures can differ from what runs. Two ways
+to compile exactly what ran:
 
+    # the launches scripts/kernel_symbols.py recorded on a GPU, each with its occupancy hint
+    python scripts/kernel_resources.py --symbols symbols.jsonl
+    # one kernel name as Nsight Compute prints it, with the hint its config asked for
     python scripts/kernel_resources.py --occupancy 2 --symbol compute_out_kernel_Kt2_A4bf16_...
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -40,6 +43,18 @@ def parse_dstates(text: str) -> list[int]:
     return dstates
 
 
+def read_symbols(path: Path) -> list[tuple[str, str, str, int]]:
+    """(point, variant, symbol, occupancy hint) per line of a scripts/kernel_symbols.py file."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append((row["point"], row["variant"], row["symbol"], int(row["occupancy"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}:{number} is not a kernel_symbols.py line ({err})") from None
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dstates", default="64,128,256", help="comma-separated state sizes")
@@ -50,6 +65,7 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--arch", choices=ARCHS, default="sm_90")
     parser.add_argument("--symbol", action="append", default=[], help="a profiled kernel's name")
+    parser.add_argument("--symbols", type=Path, help="JSON lines from scripts/kernel_symbols.py")
     parser.add_argument(
         "--occupancy", type=int, default=0, help="CTAs per SM hint for --symbol (0: none)"
     )
@@ -65,17 +81,19 @@ def main() -> int:
 
     if args.occupancy < 0:
         parser.error(f"--occupancy must be >= 0, got {args.occupancy}")
-    if args.symbol:
+    if args.symbol or args.symbols:
         try:
-            launches = [from_symbol(symbol) for symbol in args.symbol]
-            kernels = [with_occupancy(kernel, args.occupancy) for _, kernel, _ in launches]
-        except ValueError as err:
+            recorded = [("", "", s, args.occupancy) for s in args.symbol]
+            recorded += read_symbols(args.symbols) if args.symbols else []
+            launches = [(p, v, *from_symbol(s), hint) for p, v, s, hint in recorded]
+        except (OSError, ValueError) as err:
             parser.error(str(err))
-        print(f"{'kernel':<22} {'regs':>5} {'local B':>8} {'shared KB':>9}")
-        for (name, _, signature), kernel in zip(launches, kernels, strict=True):
-            res = compile_resources(kernel, signature, args.arch)
-            print(f"{name:<22} {res.registers:>5} {res.local_bytes:>8} "
-                  f"{res.shared_bytes / 1024:>9.1f}")  # fmt: skip
+        print(f"{'point':<26} {'variant':<10} {'kernel':<22} {'regs':>5} {'local B':>8} "
+              f"{'shared KB':>9}")  # fmt: skip
+        for point, variant, name, kernel, signature, hint in launches:
+            res = compile_resources(with_occupancy(kernel, hint), signature, args.arch)
+            print(f"{point[:26]:<26} {variant[:10]:<10} {name:<22} {res.registers:>5} "
+                  f"{res.local_bytes:>8} {res.shared_bytes / 1024:>9.1f}", flush=True)  # fmt: skip
         return 0
     print(
         f"{'dstate':>6} {'variant':<14} {'kernel':<15} {'regs':>5} {'local B':>8} {'shared KB':>9}"

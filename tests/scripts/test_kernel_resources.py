@@ -38,3 +38,17 @@ def test_bad_symbols_and_hints_fail_before_any_compile(args: list[str], message:
         [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_recorded_symbols_are_read_and_a_foreign_line_is_named(tmp_path: Path) -> None:
+    from scripts.kernel_resources import read_symbols
+
+    good = tmp_path / "symbols.jsonl"
+    good.write_text(
+        '{"point": "p", "variant": "v", "kernel": "k", "occupancy": 2, "symbol": "k_Kt2"}\n'
+    )
+    assert read_symbols(good) == [("p", "v", "k_Kt2", 2)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text() + '{"point": "p"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2 is not a kernel_symbols.py line"):
+        read_symbols(bad)

@@ -1,0 +1,88 @@
+"""The exact specialisation of every cuTile kernel the SSD forward launches, as mangled names.
+
+A launch specialises each kernel on facts of its tensors (size-1 axes, sizes divisible by 16,
+strides divisible by 16 bytes) that hand-written signatures do not know. This runs the forward
+once per shape and variant on a GPU, records what each `ct.launch` was given
+(`KernelSignature.from_kernel_args`, which needs the CUDA driver) with the kernel's occupancy
+hint, and writes one JSON line per launch. `scripts/kernel_resources.py --symbols FILE` then
+compiles exactly those on any machine and reads their registers, spills and shared memory.
+
+    python scripts/kernel_symbols.py --shapes 65536:128:128,2048:32:256 \
+        --variant base={} --variant rank1='{"out_rank1": 1}' --out symbols.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.compare_configs import parse_shape  # noqa: E402
+from scripts.variants import parse_variant  # noqa: E402
+
+
+def record_launches(problem, overrides: dict) -> list[dict]:
+    """Run cuTile's forward at `problem` with `overrides` over its default config; one record
+    per launch: kernel name, occupancy hint, mangled symbol."""
+    import cuda.tile as ct
+    import torch
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+
+    from harness.inputs import make_inputs
+    from kernels.cutile.config import default_config, output_tiles
+    from kernels.cutile.ssd import ssd_forward
+
+    kwargs = make_inputs(problem, seed=0, device="cuda").kwargs()
+    tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
+    config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
+    launched, real_launch = [], ct.launch
+
+    def recording_launch(stream, grid, kernel, args):
+        signature = KernelSignature.from_kernel_args(
+            kernel, args, CallingConvention.cutile_python_v2()
+        )
+        launched.append(
+            {
+                "kernel": kernel._pyfunc.__name__,
+                "occupancy": kernel._compiler_options.occupancy or 0,  # the hint, if any
+                "symbol": signature.symbol,
+            }
+        )
+        return real_launch(stream, grid, kernel, args)
+
+    ct.launch = recording_launch
+    try:
+        ssd_forward(**kwargs, config=config)
+        torch.cuda.synchronize()
+    finally:
+        ct.launch = real_launch
+    return launched
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate[:chunk],...")
+    parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
+    args = parser.parse_args()
+    try:
+        problems = [parse_shape(s) for s in args.shapes.split(",")]
+        variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    with args.out.open("a") as out:
+        for problem in problems:
+            for name, overrides in variants:
+                for launch in record_launches(problem, overrides):
+                    row = {"point": problem.key(), "variant": name, **launch}
+                    out.write(json.dumps(row) + "\n")
+                    print(row["point"][:24], name, row["kernel"], row["occupancy"], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""scripts/kernel_symbols.py: its arguments fail with a clear message before any GPU work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kernel_symbols.py"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shapes", "1024:64:128"], "--out"),
+        (["--shapes", "1024:64", "--out", "x.jsonl"], "seqlen:nheads:dstate"),
+        (["--shapes", "1024:64:128", "--out", "x.jsonl", "--variant", "v={1}"], "JSON object"),
+    ],
+)
+def test_bad_arguments_fail_before_any_gpu_work(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "x.jsonl").exists()
