@@ -1,10 +1,12 @@
 """Registers, local memory and shared memory of a compiled cuTile kernel, read on the CPU.
 
 An occupancy hint the tiles cannot meet is not reported by tileiras: the kernel spills to local
-memory, or (with a smaller hint) loses CTAs per SM, and runs slower. On the H200 every launch
-configuration that measured a large loss in compute_out also spilled much more than its
-alternative (docs/performance.md), so reading the cubin's resource attributes tells, without a
-GPU, which configurations are worth timing. The numbers come from the cubin's `.nv.info` section
+memory, or takes more registers than the hint allows and loses CTAs per SM, and runs slower. On the
+H200 every launch configuration that measured a large loss in compute_out did one or the other where
+its alternative did not (docs/performance.md), so reading the cubin's resource attributes tells,
+without a GPU, which configurations are worth timing. Compile the specialisation that runs
+(signatures.from_symbol on a recorded or profiled kernel name): the hand-written signatures lack the
+facts a launch derives from its tensors. The numbers come from the cubin's `.nv.info` section
 (attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
 section.
 """

@@ -45,7 +45,7 @@ def array(dtype, ndim: int) -> ArrayConstraint:
     strides divisible by 16 bytes) that this leaves out, so what compiles from these signatures
     is not always what runs: at dstate 128 the default compute_out compiles to 255 registers here
     and to 128 with the facts of a 64K/128/128 launch. For the exact specialisation that ran, use
-    `from_symbol` on the kernel name a profiler shows."""
+    `from_symbol` on the kernel name a profiler shows or scripts/kernel_symbols.py records."""
     return ArrayConstraint(
         dtype,
         ndim,
