@@ -14,7 +14,6 @@ it is measured, after a first line with the environment (GPU, driver, versions, 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import sys
@@ -28,31 +27,9 @@ from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
 from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
-from kernels.cutile.config import SSDConfig, default_config, output_tiles  # noqa: E402
+from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
-from scripts.variants import parse_variant  # noqa: E402
-
-
-def parse_shape(text: str) -> Problem:
-    """ "seqlen:nheads:dstate[:chunk_size]" as a bf16 problem with P=64 that returns its final
-    states (chunk_size 256 unless given); the Problem checks the values."""
-    try:
-        values = [int(v) for v in text.split(":")]
-    except ValueError:
-        values = []
-    if len(values) not in (3, 4):
-        raise ValueError(
-            f"shape {text!r} is not seqlen:nheads:dstate[:chunk_size], e.g. 16384:64:256"
-        )
-    chunk = {"chunk_size": values[3]} if len(values) == 4 else {}
-    return Problem(
-        seqlen=values[0],
-        nheads=values[1],
-        dstate=values[2],
-        dtype="bfloat16",
-        return_final_states=True,
-        **chunk,
-    )
+from scripts.variants import parse_points, point_config  # noqa: E402
 
 
 def check(problem: Problem, kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:
@@ -71,11 +48,7 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    try:
-        problems = [parse_shape(s) for s in args.shapes.split(",")]
-        variants = [parse_variant(v) for v in args.variant] or [("default", {})]
-    except (TypeError, ValueError) as err:
-        parser.error(str(err))
+    problems, variants = parse_points(parser, args.shapes, args.variant)
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
     timer = CudaTimer()
     if args.out:
@@ -90,9 +63,8 @@ def main() -> int:
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
-        tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
         for name, overrides in variants:
-            config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
+            config = point_config(problem, overrides)
             try:
                 errors[name] = check(problem, kwargs, config, ref)
             except Exception as exc:  # one broken variant must not lose the others

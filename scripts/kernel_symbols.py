@@ -14,15 +14,13 @@ compiles exactly those on any machine and reads their registers, spills and shar
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.compare_configs import parse_shape  # noqa: E402
-from scripts.variants import parse_variant  # noqa: E402
+from scripts.variants import parse_points, point_config  # noqa: E402
 
 
 def record_launches(problem, overrides: dict) -> list[dict]:
@@ -33,12 +31,10 @@ def record_launches(problem, overrides: dict) -> list[dict]:
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from harness.inputs import make_inputs
-    from kernels.cutile.config import default_config, output_tiles
     from kernels.cutile.ssd import ssd_forward
 
     kwargs = make_inputs(problem, seed=0, device="cuda").kwargs()
-    tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
-    config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
+    config = point_config(problem, overrides)
     launched, real_launch = [], ct.launch
 
     def recording_launch(stream, grid, kernel, args):
@@ -69,11 +65,7 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
     args = parser.parse_args()
-    try:
-        problems = [parse_shape(s) for s in args.shapes.split(",")]
-        variants = [parse_variant(v) for v in args.variant] or [("default", {})]
-    except (TypeError, ValueError) as err:
-        parser.error(str(err))
+    problems, variants = parse_points(parser, args.shapes, args.variant)
     with args.out.open("a") as out:
         for problem in problems:
             for name, overrides in variants:

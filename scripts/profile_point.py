@@ -10,14 +10,13 @@ harness timing owns the times. Example (docs/performance.md, "compute_out under 
         --section SchedulerStats --section ComputeWorkloadAnalysis --section LaunchStats \
         python3 scripts/profile_point.py --shapes 65536:128:128,65536:128:128:128
 
-Shapes are those of scripts/compare_configs.py; each runs `--calls` times (the first compiles)
-with the point's default config, or with one `--variant name=JSON` over it.
+Shapes and the variant are parsed by scripts/variants.py. Each shape runs `--calls` times (the
+first compiles) with the point's default config, or with one `--variant name=JSON` over it.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -26,10 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.inputs import make_inputs  # noqa: E402
-from kernels.cutile.config import default_config, output_tiles  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
-from scripts.compare_configs import parse_shape  # noqa: E402
-from scripts.variants import parse_variant  # noqa: E402
+from scripts.variants import parse_points, point_config  # noqa: E402
 
 
 def main() -> int:
@@ -38,17 +35,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2, help="forward calls per shape")
     parser.add_argument("--variant", default="default={}", help="name=JSON overrides")
     args = parser.parse_args()
-    try:
-        problems = [parse_shape(s) for s in args.shapes.split(",")]
-        name, overrides = parse_variant(args.variant)
-    except (TypeError, ValueError) as err:
-        parser.error(str(err))
+    problems, [(name, overrides)] = parse_points(parser, args.shapes, [args.variant])
     if args.calls < 1:
         parser.error(f"--calls must be >= 1, got {args.calls}")
     for problem in problems:
         kwargs = make_inputs(problem, seed=0, device="cuda").kwargs()
-        tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
-        config = dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
+        config = point_config(problem, overrides)
         print(f"{problem.key()} {name}: {config}", flush=True)
         for _ in range(args.calls):
             ssd_forward(**kwargs, config=config)

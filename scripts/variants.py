@@ -1,11 +1,37 @@
-"""Launch-configuration variants on the command line of the comparison scripts: `name=JSON`,
-SSDConfig fields over a point's default_config, checked before any compile or GPU work."""
+"""Points and launch-configuration variants on the command line of the GPU scripts: shapes as
+`seqlen:nheads:dstate[:chunk_size]`, variants as `name=JSON` (SSDConfig fields over a point's
+default_config), checked before any compile or GPU work."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 
-from kernels.cutile.config import SSDConfig
+from harness.problem import Problem
+from kernels.cutile.config import SSDConfig, default_config, output_tiles
+
+
+def parse_shape(text: str) -> Problem:
+    """ "seqlen:nheads:dstate[:chunk_size]" as a bf16 problem with P=64 that returns its final
+    states (chunk_size 256 unless given); the Problem checks the values."""
+    try:
+        values = [int(v) for v in text.split(":")]
+    except ValueError:
+        values = []
+    if len(values) not in (3, 4):
+        raise ValueError(
+            f"shape {text!r} is not seqlen:nheads:dstate[:chunk_size], e.g. 16384:64:256"
+        )
+    chunk = {"chunk_size": values[3]} if len(values) == 4 else {}
+    return Problem(
+        seqlen=values[0],
+        nheads=values[1],
+        dstate=values[2],
+        dtype="bfloat16",
+        return_final_states=True,
+        **chunk,
+    )
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -21,3 +47,22 @@ def parse_variant(text: str) -> tuple[str, dict]:
         raise ValueError(f"variant {name!r}: {fields!r} is not a JSON object")
     SSDConfig(**overrides)  # unknown fields (TypeError) or bad values (ValueError) fail here
     return name, overrides
+
+
+def parse_points(
+    parser: argparse.ArgumentParser, shapes: str, variants: list[str]
+) -> tuple[list[Problem], list[tuple[str, dict]]]:
+    """A command line's comma-separated shapes and its variants (none: the default config); a
+    bad one ends the script through `parser.error`, naming what to change."""
+    try:
+        problems = [parse_shape(text) for text in shapes.split(",")]
+        parsed = [parse_variant(text) for text in variants] or [("default", {})]
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    return problems, parsed
+
+
+def point_config(problem: Problem, overrides: dict) -> SSDConfig:
+    """A variant's config at a point: its fields over the point's default_config."""
+    tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
+    return dataclasses.replace(default_config(problem.dstate, tiles), **overrides)

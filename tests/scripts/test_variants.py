@@ -1,10 +1,11 @@
-"""scripts/variants.py: a bad `name=JSON` variant fails with a clear message before any work."""
+"""scripts/variants.py: a bad shape or `name=JSON` variant fails with a clear message before any
+work."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.variants import parse_variant
+from scripts.variants import parse_shape, parse_variant, point_config
 
 
 def test_variants_parse() -> None:
@@ -26,3 +27,30 @@ def test_variants_parse() -> None:
 def test_bad_variant_names_what_to_change(text: str, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         parse_variant(text)
+
+
+def test_shapes_parse() -> None:
+    problem = parse_shape("16384:64:256")
+    assert (problem.seqlen, problem.nheads, problem.dstate) == (16384, 64, 256)
+    assert problem.return_final_states and problem.chunk_size == 256
+    assert parse_shape("4096:32:64:128").chunk_size == 128
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("16384:64", "seqlen:nheads:dstate"),
+        ("1k:64:256", "seqlen:nheads:dstate"),
+        ("1024:64:256:256:1", "seqlen:nheads:dstate"),
+        ("1024:64:256:100", "chunk_size must be a power of two"),
+    ],
+)
+def test_bad_shape_says_the_format(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_shape(text)
+
+
+def test_a_variants_config_is_its_fields_over_the_points_default() -> None:
+    problem = parse_shape("2048:32:256")
+    config = point_config(problem, {"out_rank1": 1})
+    assert config.out_rank1 == 1 and config.out_cb == 0  # below 1024 tiles: C·Bᵀ inside
