@@ -13,6 +13,7 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -30,6 +31,7 @@ def chunk_cb_kernel(
     TM: ConstInt,
     TK: ConstInt,
 ):
+    follow_previous()
     row_block = ct.bid(0)  # TM-row block along the sequence
     group = ct.bid(1) % ngroups
     batch = ct.bid(1) // ngroups
@@ -70,20 +72,22 @@ def chunk_cb(
     block_m: int,
     block_k: int,
     dtype: torch.dtype = torch.float32,
+    dependent: bool = False,
 ) -> torch.Tensor:
     """Launch chunk_cb; returns (b, nchunks, g, Q, Q) in `dtype` (fp32 as Triton keeps it, or
     C's dtype for half the traffic), valid on and below the diagonal in (block_m, block_k) tiles
-    (the tiling compute_out reads it with)."""
+    (the tiling compute_out reads it with). `dependent`: launched as a programmatic dependent of
+    the kernel before it (kernels/cutile/launch.py)."""
     batch, seqlen, ngroups, dstate = C.shape
     nchunks = -(-seqlen // chunk_size)
     n_tile = pow2_tile(dstate)
     ns = min(128, n_tile)
     cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
     grid = (nchunks * (chunk_size // block_m), batch * ngroups, 1)
-    ct.launch(
-        torch.cuda.current_stream(),
+    launch(
         grid,
         chunk_cb_kernel,
         (C, B, cb, ngroups, chunk_size, ns, n_tile, block_m, block_k),
+        dependent,
     )
     return cb

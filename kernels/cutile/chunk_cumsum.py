@@ -10,6 +10,8 @@ import math
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.launch import follow_previous, launch
+
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
@@ -29,6 +31,7 @@ def chunk_cumsum_kernel(
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
 ):
+    follow_previous()
     chunk = ct.bid(0)
     hblock = ct.bid(1)
     batch = ct.bid(2)
@@ -74,8 +77,8 @@ def chunk_cumsum(
     bias = dt_bias if has_bias else torch.empty(1, device=dt.device, dtype=torch.float32)
     hb = min(heads_per_block, 1 << (nheads - 1).bit_length())
     grid = (nchunks, math.ceil(nheads / hb), batch)
-    ct.launch(
-        torch.cuda.current_stream(),
+    # The forward's first kernel: launched plainly, so it starts after whatever came before it.
+    launch(
         grid,
         chunk_cumsum_kernel,
         (
@@ -92,5 +95,6 @@ def chunk_cumsum(
             has_bias,
             dt_softplus,
         ),
+        dependent=False,
     )
     return dt_out, dA_cumsum

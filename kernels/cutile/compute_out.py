@@ -18,7 +18,9 @@ import torch
 
 from kernels.cutile.chunk_cb import chunk_cb
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -184,10 +186,10 @@ def _intra_chunk(
     mma_dtype,
 ):
     """acc + (C·Bᵀ ⊙ decay ⊙ dt)·x over one k-tile for one head; exponent −inf off the mask."""
-    dA_k = ct.load(dA_cumsum, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    dA_k = _log2_decay(dA_cumsum, batch, head, chunk, k_block, TK)
     dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
-    exponent = ct.where(causal, dA_m[:, None] - dA_k.reshape((TK,))[None, :], -float("inf"))
-    weight = (cb * ct.exp(exponent) * dt_k.reshape((TK,))[None, :]).astype(mma_dtype)
+    exponent = ct.where(causal, dA_m[:, None] - dA_k[None, :], -float("inf"))
+    weight = (cb * exp2(exponent) * dt_k.reshape((TK,))[None, :]).astype(mma_dtype)
     return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
 
 
@@ -199,9 +201,9 @@ def _below_diagonal(
     exp(dA[m] − dA[k]) = exp(dA[m] − anchor)·exp(anchor − dA[k]) with anchor = dA at the block's
     first row: both factors are at most 1 (dA falls along the chunk), so nothing overflows, and the
     row factor is applied once to the sum, leaving TK exponentials per tile instead of TM·TK."""
-    dA_k = ct.load(dA_cumsum, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
+    dA_k = _log2_decay(dA_cumsum, batch, head, chunk, k_block, TK)
     dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
-    column = ct.exp(anchor - dA_k.reshape((TK,))) * dt_k.reshape((TK,))
+    column = exp2(anchor - dA_k) * dt_k.reshape((TK,))
     weight = (cb * column[None, :]).astype(mma_dtype)
     return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
 
@@ -251,26 +253,23 @@ def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: 
     )
 
 
-def _rows(dA_cumsum, batch, head, chunk, m_block, TM: int):
-    """dA at the TM rows of one row block."""
-    return ct.load(dA_cumsum, index=(batch, head, chunk, m_block), shape=(1, 1, 1, TM)).reshape(
-        (TM,)
-    )
+def _log2_decay(dA_cumsum, batch, head, chunk, block, T: int):
+    """dA at the T positions of one block of a chunk, in log2 units (kernels/cutile/decay.py)."""
+    dA = ct.load(dA_cumsum, index=(batch, head, chunk, block), shape=(1, 1, 1, T))
+    return dA.reshape((T,)) * LOG2E
 
 
 def _anchor(dA_cumsum, batch, head, chunk, m_block, TM: int):
-    """dA at the row block's first row, shape (1,)."""
-    return ct.load(dA_cumsum, index=(batch, head, chunk, m_block * TM), shape=(1, 1, 1, 1)).reshape(
-        (1,)
-    )
+    """dA at the row block's first row in log2 units, shape (1,)."""
+    return _log2_decay(dA_cumsum, batch, head, chunk, m_block * TM, 1)
 
 
 def _start_scale(dA_m, anchor, TM: int, RANK1: bool):
     """What the carried state's product is scaled by before the intra-chunk sum: exp(dA[m]), or
     with RANK1 exp(anchor), the row factor exp(dA[m] − anchor) following after the sum."""
-    scale = ct.exp(dA_m)
+    scale = exp2(dA_m)
     if RANK1:
-        scale = ct.broadcast_to(ct.exp(anchor), (TM,))
+        scale = ct.broadcast_to(exp2(anchor), (TM,))
     return scale
 
 
@@ -303,6 +302,7 @@ def compute_out_kernel(
     CB_PRE: ConstBool,
     RANK1: ConstBool,
 ):
+    follow_previous()
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
@@ -314,8 +314,9 @@ def compute_out_kernel(
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
 
     c_first = _c_slice(C, batch, row_block, group, 0, TM, NS, mma_dtype)
-    # Per head: the decay of its rows, and (RANK1) the anchor, dA at the block's first row.
-    dA_m0 = _rows(dA_cumsum, batch, head, chunk, m_block, TM)
+    # Per head: the decay of its rows, and (RANK1) the anchor, dA at the block's first row, both
+    # in log2 units.
+    dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
     acc0 = _carried_state(
         C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
@@ -325,7 +326,7 @@ def compute_out_kernel(
     anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
-        dA_m1 = _rows(dA_cumsum, batch, head + 1, chunk, m_block, TM)
+        dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         acc1 = _carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
@@ -355,8 +356,8 @@ def compute_out_kernel(
                 TK, P, mma_dtype,
             )  # fmt: skip
     if RANK1:
-        acc0 = acc0 * ct.exp(dA_m0 - anchor0)[:, None]
-        acc1 = acc1 * ct.exp(dA_m1 - anchor1)[:, None]
+        acc0 = acc0 * exp2(dA_m0 - anchor0)[:, None]
+        acc1 = acc1 * exp2(dA_m1 - anchor1)[:, None]
 
     rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
     for k_block in range(below, diagonal + TM // TK):
@@ -397,7 +398,7 @@ def compute_out(
     grid, kernel, args = compute_out_launch(
         x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
     )
-    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    launch(grid, kernel, args, bool(config.dependent_launch))
     return out
 
 
@@ -444,7 +445,7 @@ def compute_out_launch(
     unused = torch.empty(1, 1, 1, device=x.device)
     cb_pre = bool(config.out_cb)
     cb = (
-        chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype))
+        chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))
         if cb_pre
         else torch.empty(1, 1, 1, 1, 1, device=x.device)
     )

@@ -36,6 +36,9 @@ class SSDConfig:
     # compute_out: k-tiles wholly before the row block take their decay as a row times a column
     # factor (1: TK exponentials per tile) or one exponential per element (0).
     out_rank1: int = 0
+    # Every kernel after the first is launched as a programmatic dependent of the one before it
+    # (1: scheduled while that one finishes, kernels/cutile/launch.py) or plainly (0).
+    dependent_launch: int = 1
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -65,6 +68,10 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         if self.state_weight_x not in (0, 1):
             raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
+        if self.dependent_launch not in (0, 1):
+            raise ValueError(
+                f"SSDConfig.dependent_launch must be 0 or 1, got {self.dependent_launch}"
+            )
         if self.out_rank1 not in (0, 1):
             raise ValueError(f"SSDConfig.out_rank1 must be 0 or 1, got {self.out_rank1}")
         if self.out_cb not in (0, 1, 2):

@@ -23,6 +23,8 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.decay import LOG2E, exp2
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -51,8 +53,8 @@ def _weighted_x_b(
     operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
     dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
     dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
-    # Decay from each position to the chunk end; min(…, 0) keeps exp() at most 1.
-    weight = ct.exp(ct.minimum(dA_last - dA, 0.0)) * dt
+    # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
+    weight = exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
     # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
     xt = ct.load(
         x,
@@ -70,7 +72,9 @@ def _weighted_x_b(
 
 
 def _load_dA_last(dA_cumsum, batch, head, chunk, Q: int):
-    return ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1)).reshape((1,))
+    """dA at the chunk's last position in log2 units (kernels/cutile/decay.py), shape (1,)."""
+    dA = ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1))
+    return dA.reshape((1,)) * LOG2E
 
 
 def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
@@ -101,8 +105,8 @@ def fwd_pass_state_kernel(
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
     seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk
-    seg_total,  # (b, h, S) float32: each segment's total log decay (unused unless SEGMENTED)
-    seg_decay,  # (b, h, nchunks) float32: exp(log decay from segment start to chunk start)
+    seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
+    seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -116,6 +120,7 @@ def fwd_pass_state_kernel(
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
 ):
+    follow_previous()
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch = ct.bid(2) // segments
@@ -145,22 +150,22 @@ def fwd_pass_state_kernel(
                 ct.store(
                     seg_decay,
                     index=(batch, head, chunk),
-                    tile=ct.exp(log_decay0).reshape((1, 1, 1)),
+                    tile=exp2(log_decay0).reshape((1, 1, 1)),
                 )
                 if HS == 2:
                     ct.store(
                         seg_decay,
                         index=(batch, head + 1, chunk),
-                        tile=ct.exp(log_decay1).reshape((1, 1, 1)),
+                        tile=exp2(log_decay1).reshape((1, 1, 1)),
                     )
             log_decay0 = log_decay0 + dA_last0
             if HS == 2:
                 log_decay1 = log_decay1 + dA_last1
         # The decayed state is the mma's initial accumulator: the state jump costs no extra pass.
-        acc0 = state0 * ct.exp(dA_last0)
+        acc0 = state0 * exp2(dA_last0)
         acc1 = acc0
         if HS == 2:
-            acc1 = state1 * ct.exp(dA_last1)
+            acc1 = state1 * exp2(dA_last1)
         for step in range(steps):
             b = ct.load(
                 B,
@@ -214,12 +219,14 @@ def fwd_pass_state(
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(x, B, dt_out, dA_cumsum, initial_states, config)
-    ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
     segments, seg_len = args[11:13]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
-    seg_start, final = segment_scan(seg_end, seg_total, states.dtype)
+    seg_start, final = segment_scan(
+        seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
+    )
     return StatePass(states, final, segments, seg_len, seg_start, seg_decay)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.decay import exp2
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -19,13 +21,14 @@ ConstInt = ct.Constant[int]
 @ct.kernel
 def segment_scan_kernel(
     seg_end,  # (b, S, h, p, n) float32
-    seg_total,  # (b, h, S) float32: log decay over each segment
+    seg_total,  # (b, h, S) float32: log2 decay over each segment (kernels/cutile/decay.py)
     seg_start,  # (b, S, h, p, n): true state at each segment's start
     final,  # (b, h, p, n) float32
     segments: int,
     P: ConstInt,
     NB: ConstInt,
 ):
+    follow_previous()
     nblock = ct.bid(0)
     head = ct.bid(1)
     batch = ct.bid(2)
@@ -41,23 +44,28 @@ def segment_scan_kernel(
         local = ct.load(
             seg_end, index=(batch, seg, head, 0, nblock), shape=(1, 1, 1, P, NB), padding_mode=zero
         ).reshape((P, NB))
-        state = ct.exp(decay) * state + local
+        state = exp2(decay) * state + local
     ct.store(final, index=(batch, head, 0, nblock), tile=state.reshape((1, 1, P, NB)))
 
 
 def segment_scan(
-    seg_end: torch.Tensor, seg_total: torch.Tensor, dtype: torch.dtype, block_n: int = 64
+    seg_end: torch.Tensor,
+    seg_total: torch.Tensor,
+    dtype: torch.dtype,
+    block_n: int = 64,
+    dependent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch segment_scan; returns (state at each segment's start in `dtype`, final fp32)."""
+    """Launch segment_scan; returns (state at each segment's start in `dtype`, final fp32).
+    `dependent`: launched as a programmatic dependent of the walk (kernels/cutile/launch.py)."""
     batch, segments, nheads, headdim, dstate = seg_end.shape
     seg_start = torch.empty(seg_end.shape, device=seg_end.device, dtype=dtype)
     final = torch.empty(batch, nheads, headdim, dstate, device=seg_end.device, dtype=torch.float32)
     nb = min(block_n, pow2_tile(dstate))
     grid = (-(-dstate // nb), nheads, batch)
-    ct.launch(
-        torch.cuda.current_stream(),
+    launch(
         grid,
         segment_scan_kernel,
         (seg_end, seg_total, seg_start, final, segments, pow2_tile(headdim), nb),
+        dependent,
     )
     return seg_start, final
