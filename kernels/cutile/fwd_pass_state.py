@@ -24,7 +24,7 @@ import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
-from kernels.cutile.launch import follow_previous, launch
+from kernels.cutile.launch import launch, release_next, wait_for_previous
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -120,7 +120,7 @@ def fwd_pass_state_kernel(
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
 ):
-    follow_previous()
+    wait_for_previous()
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch = ct.bid(2) // segments
@@ -186,6 +186,7 @@ def fwd_pass_state_kernel(
         state0 = acc0
         state1 = acc1
 
+    release_next()
     _finish_segment(
         seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED
     )
@@ -281,12 +282,12 @@ def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) 
     if requested:
         wanted = requested
     else:
-        sms = _sm_count(device)
+        sms = sm_count(device)
         wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count

@@ -117,7 +117,8 @@ def test_matches_reference(name: str) -> None:
 # one unsplit walk with whole-chunk steps, either operand carrying the walk's decay weights with
 # two heads sharing B, C·Bᵀ from chunk_cb with square and with tall compute_out tiles, and
 # stored in the input dtype, and the decay of k-tiles below the diagonal as a row times a column
-# factor. Whole 256-row chunks, so compute_out has row blocks past the first (TM 64 and 128).
+# factor, and plain launches instead of programmatic dependents. Whole 256-row chunks, so
+# compute_out has row blocks past the first (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -131,6 +132,7 @@ CONFIGS = {
     "rank1-cb-tall-rows": SSDConfig(
         out_rank1=1, out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64
     ),
+    "plain-launches": SSDConfig(dependent_launch=0, state_segments=3, out_cb=1),
 }
 
 
@@ -140,6 +142,19 @@ def test_launch_configurations(name: str) -> None:
         BASE, seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128, has_initial_states=True
     )
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_persistent_compute_out_covers_every_block(heads: int) -> None:
+    """More output blocks than CTAs resident at once, two batches: each CTA walks several."""
+    problem = replace(BASE, batch=2, seqlen=4000, chunk_size=256, nheads=16, ngroups=2, dstate=128)
+    config = SSDConfig(out_persistent=1, out_heads=heads, out_rank1=1, state_segments=3)
+    _check(
+        f"persistent-{heads}",
+        problem,
+        make_inputs(problem, seed=_seed("persistent"), device="cuda"),
+        config,
+    )
 
 
 @pytest.mark.parametrize(
