@@ -65,4 +65,5 @@ def parse_points(
 def point_config(problem: Problem, overrides: dict) -> SSDConfig:
     """A variant's config at a point: its fields over the point's default_config."""
     tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
-    return dataclasses.replace(default_config(problem.dstate, tiles), **overrides)
+    config = default_config(problem.dstate, tiles, problem.batch * problem.nheads)
+    return dataclasses.replace(config, **overrides)

@@ -255,8 +255,9 @@ def _device_us(fn, reps: int = 10) -> float:
 
 def _defaults(kwargs: dict) -> SSDConfig:
     """default_config for these inputs' dstate and size."""
-    tiles = output_tiles(*kwargs["x"].shape[:3], kwargs["chunk_size"])
-    return default_config(kwargs["B"].shape[3], tiles)
+    batch, seqlen, nheads = kwargs["x"].shape[:3]
+    tiles = output_tiles(batch, seqlen, nheads, kwargs["chunk_size"])
+    return default_config(kwargs["B"].shape[3], tiles, batch * nheads)
 
 
 def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import launch, release_next, wait_for_previous
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -31,7 +31,7 @@ def chunk_cb_kernel(
     TM: ConstInt,
     TK: ConstInt,
 ):
-    wait_for_previous()
+    follow_previous()
     row_block = ct.bid(0)  # TM-row block along the sequence
     group = ct.bid(1) % ngroups
     batch = ct.bid(1) // ngroups
@@ -63,7 +63,6 @@ def chunk_cb_kernel(
             index=(batch, chunk, group, m_block, k_block),
             tile=acc.astype(cb.dtype).reshape((1, 1, 1, TM, TK)),
         )
-    release_next()
 
 
 def chunk_cb(

@@ -10,7 +10,7 @@ import math
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import launch, release_next, wait_for_previous
+from kernels.cutile.launch import follow_previous, launch
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -31,7 +31,7 @@ def chunk_cumsum_kernel(
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
 ):
-    wait_for_previous()
+    follow_previous()
     chunk = ct.bid(0)
     hblock = ct.bid(1)
     batch = ct.bid(2)
@@ -51,7 +51,6 @@ def chunk_cumsum_kernel(
 
     a = ct.load(A, index=(hblock,), shape=(HB,), padding_mode=zero)
     cs = ct.cumsum(d * a[None, :], axis=0)
-    release_next()
 
     # (Q, HB) tiles go to (b, h, nchunks, Q): tile axis 1 is array axis 3, tile axis 3 is axis 1;
     # the index is given in the tile's (permuted) axis order.

@@ -20,7 +20,7 @@ from kernels.cutile.chunk_cb import chunk_cb
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass, sm_count
-from kernels.cutile.launch import launch, release_next, wait_for_previous
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -388,7 +388,7 @@ def compute_out_kernel(
     batches: int,
     PERSISTENT: ConstBool,
 ):
-    wait_for_previous()
+    follow_previous()
     if PERSISTENT:
         # A grid of about as many CTAs as fit at once, each walking the blocks in the order the
         # plain grid would run them (heads fastest), so that loads of the next block can be in
@@ -408,7 +408,6 @@ def compute_out_kernel(
             CB_PRE, RANK1,
             ct.bid(0) * HB, ct.bid(1), ct.bid(2),
         )  # fmt: skip
-    release_next()
 
 
 def compute_out(

@@ -110,14 +110,22 @@ def output_tiles(batch: int, seqlen: int, nheads: int, chunk_size: int) -> int:
     return batch * nheads * -(-seqlen // chunk_size)
 
 
-def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
+# At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an
+# H200 (132) without one; walkers of 32 columns double them (H200: −6 to −8 % in all at
+# 4K-64K/32/256; docs/performance.md, change 19).
+FEW_WALKERS = 128
+
+
+def default_config(dstate: int, tiles: int | None = None, heads: int | None = None) -> SSDConfig:
     """The untuned launch configuration for a state size and, from dstate 256 on, a problem's
-    `output_tiles` (None: a large problem). docs/performance.md has the evidence.
+    `output_tiles` and batch × heads (None: a large problem). docs/performance.md has the
+    evidence.
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, 128 state columns per CTA at 128; from 256 on one segment
-    (the walkers already fill the GPU, and the segment correction would cost compute_out ~14 %).
+    (the walkers already fill the GPU, and the segment correction would cost compute_out ~14 %),
+    with 32 state columns per CTA where 64 would leave SMs without a walker.
 
     compute_out: four CTAs per SM of one head up to dstate 64; from 128 on two CTAs per SM, each
     for a pair of heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one
@@ -132,8 +140,10 @@ def default_config(dstate: int, tiles: int | None = None) -> SSDConfig:
     if dstate <= 128:
         return replace(walk, state_block_n=128, out_occupancy=2, out_heads=2, out_rank1=1)
     cb = int(tiles is None or tiles >= CB_MIN_TILES)
+    few_walkers = heads is not None and heads * (256 // 64) <= FEW_WALKERS
     return replace(
         walk,
+        state_block_n=32 if few_walkers else 64,
         state_block_q=256,
         state_segments=1,
         out_occupancy=2,

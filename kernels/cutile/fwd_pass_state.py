@@ -24,7 +24,7 @@ import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
-from kernels.cutile.launch import launch, release_next, wait_for_previous
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -120,7 +120,7 @@ def fwd_pass_state_kernel(
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
 ):
-    wait_for_previous()
+    follow_previous()
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch = ct.bid(2) // segments
@@ -186,7 +186,6 @@ def fwd_pass_state_kernel(
         state0 = acc0
         state1 = acc1
 
-    release_next()
     _finish_segment(
         seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED
     )

@@ -12,7 +12,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.decay import exp2
-from kernels.cutile.launch import launch, release_next, wait_for_previous
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -28,7 +28,7 @@ def segment_scan_kernel(
     P: ConstInt,
     NB: ConstInt,
 ):
-    wait_for_previous()
+    follow_previous()
     nblock = ct.bid(0)
     head = ct.bid(1)
     batch = ct.bid(2)
@@ -45,7 +45,6 @@ def segment_scan_kernel(
             seg_end, index=(batch, seg, head, 0, nblock), shape=(1, 1, 1, P, NB), padding_mode=zero
         ).reshape((P, NB))
         state = exp2(decay) * state + local
-    release_next()
     ct.store(final, index=(batch, head, 0, nblock), tile=state.reshape((1, 1, P, NB)))
 
 

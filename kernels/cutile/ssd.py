@@ -64,7 +64,9 @@ def ssd_forward(
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
-    config = config or default_config(B.shape[3], output_tiles(*x.shape[:3], chunk_size))
+    batch, seqlen, nheads = x.shape[:3]
+    tiles = output_tiles(batch, seqlen, nheads, chunk_size)
+    config = config or default_config(B.shape[3], tiles, batch * nheads)
     dt_out, dA_cumsum = chunk_cumsum(
         dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
     )
