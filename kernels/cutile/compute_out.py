@@ -19,8 +19,8 @@ import torch
 from kernels.cutile.chunk_cb import chunk_cb
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
-from kernels.cutile.fwd_pass_state import StatePass, sm_count
-from kernels.cutile.launch import follow_previous, launch
+from kernels.cutile.fwd_pass_state import StatePass
+from kernels.cutile.launch import launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -273,12 +273,38 @@ def _start_scale(dA_m, anchor, TM: int, RANK1: bool):
     return scale
 
 
-def _output_block(
-    x, B, C, cb_chunks, states, seg_start, seg_decay, dt_out, dA_cumsum, D, z, out,
-    heads_per_group, seg_len, Q: int, P: int, N: int, NS: int, TM: int, TK: int, HB: int,
-    D_MODE: int, HAS_Z: bool, SEGMENTED: bool, CB_PRE: bool, RANK1: bool, head, row_block, batch,
-):  # fmt: skip
-    """The output of one block: TM rows of HB heads (one group) of one batch."""
+@ct.kernel
+def compute_out_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
+    seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
+    dt_out,  # (b, h, nchunks, Q) float32
+    dA_cumsum,  # (b, h, nchunks, Q) float32
+    D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
+    z,  # (b, l, h, p) (unused unless HAS_Z)
+    out,  # (b, l, h, p)
+    heads_per_group: int,
+    seg_len: int,
+    Q: ConstInt,
+    P: ConstInt,
+    N: ConstInt,
+    NS: ConstInt,
+    TM: ConstInt,
+    TK: ConstInt,
+    HB: ConstInt,
+    D_MODE: ConstInt,
+    HAS_Z: ConstBool,
+    SEGMENTED: ConstBool,
+    CB_PRE: ConstBool,
+    RANK1: ConstBool,
+):
+    head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
+    row_block = ct.bid(1)  # TM-row block along the sequence
+    batch = ct.bid(2)
     group = head // heads_per_group
     blocks_per_chunk = Q // TM
     chunk = row_block // blocks_per_chunk
@@ -355,61 +381,6 @@ def _output_block(
         _finish(acc1, x, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
 
 
-@ct.kernel
-def compute_out_kernel(
-    x,  # (b, l, h, p)
-    B,  # (b, l, g, n)
-    C,  # (b, l, g, n)
-    cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
-    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
-    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
-    seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
-    dt_out,  # (b, h, nchunks, Q) float32
-    dA_cumsum,  # (b, h, nchunks, Q) float32
-    D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
-    z,  # (b, l, h, p) (unused unless HAS_Z)
-    out,  # (b, l, h, p)
-    heads_per_group: int,
-    seg_len: int,
-    Q: ConstInt,
-    P: ConstInt,
-    N: ConstInt,
-    NS: ConstInt,
-    TM: ConstInt,
-    TK: ConstInt,
-    HB: ConstInt,
-    D_MODE: ConstInt,
-    HAS_Z: ConstBool,
-    SEGMENTED: ConstBool,
-    CB_PRE: ConstBool,
-    RANK1: ConstBool,
-    head_blocks: int,  # nheads // HB
-    row_blocks: int,  # TM-row blocks along the sequence
-    batches: int,
-    PERSISTENT: ConstBool,
-):
-    follow_previous()
-    if PERSISTENT:
-        # A grid of about as many CTAs as fit at once, each walking the blocks in the order the
-        # plain grid would run them (heads fastest), so that loads of the next block can be in
-        # flight while this one computes.
-        for item in range(ct.bid(0), head_blocks * row_blocks * batches, ct.num_blocks(0)):
-            rest = item // head_blocks
-            _output_block(
-                x, B, C, cb_chunks, states, seg_start, seg_decay, dt_out, dA_cumsum, D, z, out,
-                heads_per_group, seg_len, Q, P, N, NS, TM, TK, HB, D_MODE, HAS_Z, SEGMENTED,
-                CB_PRE, RANK1,
-                (item % head_blocks) * HB, rest % row_blocks, rest // row_blocks,
-            )  # fmt: skip
-    else:
-        _output_block(
-            x, B, C, cb_chunks, states, seg_start, seg_decay, dt_out, dA_cumsum, D, z, out,
-            heads_per_group, seg_len, Q, P, N, NS, TM, TK, HB, D_MODE, HAS_Z, SEGMENTED,
-            CB_PRE, RANK1,
-            ct.bid(0) * HB, ct.bid(1), ct.bid(2),
-        )  # fmt: skip
-
-
 def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -426,7 +397,9 @@ def compute_out(
     grid, kernel, args = compute_out_launch(
         x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
     )
-    launch(grid, kernel, args, bool(config.dependent_launch))
+    # Launched plainly, after its predecessor has finished: the wait a programmatic dependent must
+    # make costs compute_out's many short CTAs more than the launch gap it saves (change 18).
+    launch(grid, kernel, args, dependent=False)
     return out
 
 
@@ -466,11 +439,7 @@ def compute_out_launch(
     z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
     heads_per_group = nheads // ngroups
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
-    blocks = (nheads // hb, nchunks * (chunk_size // tm), batch)
-    grid = blocks
-    if config.out_persistent:
-        resident = sm_count(x.device) * max(1, config.out_occupancy)
-        grid = (min(blocks[0] * blocks[1] * blocks[2], resident), 1, 1)
+    grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     sp = state_pass
     segmented = sp.segments > 1
@@ -487,6 +456,6 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
         pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
-        bool(config.out_rank1), *blocks, bool(config.out_persistent),
+        bool(config.out_rank1),
     )  # fmt: skip
     return grid, kernel, args

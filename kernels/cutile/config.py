@@ -36,12 +36,10 @@ class SSDConfig:
     # compute_out: k-tiles wholly before the row block take their decay as a row times a column
     # factor (1: TK exponentials per tile) or one exponential per element (0).
     out_rank1: int = 0
-    # Every kernel after the first is launched as a programmatic dependent of the one before it
-    # (1: scheduled while that one finishes, kernels/cutile/launch.py) or plainly (0).
+    # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
+    # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
+    # plainly (0).
     dependent_launch: int = 1
-    # compute_out: one CTA per output block (0), or about as many CTAs as fit at once, each
-    # walking blocks in turn (1, persistent).
-    out_persistent: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -75,8 +73,6 @@ class SSDConfig:
             raise ValueError(
                 f"SSDConfig.dependent_launch must be 0 or 1, got {self.dependent_launch}"
             )
-        if self.out_persistent not in (0, 1):
-            raise ValueError(f"SSDConfig.out_persistent must be 0 or 1, got {self.out_persistent}")
         if self.out_rank1 not in (0, 1):
             raise ValueError(f"SSDConfig.out_rank1 must be 0 or 1, got {self.out_rank1}")
         if self.out_cb not in (0, 1, 2):

@@ -281,12 +281,12 @@ def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) 
     if requested:
         wanted = requested
     else:
-        sms = sm_count(device)
+        sms = _sm_count(device)
         wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
 
 
 @functools.cache
-def sm_count(device: torch.device) -> int:
+def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count

@@ -114,8 +114,7 @@ def out_signature(
     block_m = min(tiles.out_block_m, CHUNK)
     constants = [CHUNK, headdim, dstate, min(tiles.out_slice_n, dstate), block_m]
     constants += [min(tiles.out_block_k, block_m), heads, d_mode, has_z, segmented, cb > 0, rank1]
-    blocks = [ScalarConstraint(ct.int32)] * 3 + [bool(tiles.out_persistent)]
-    return _signature(arrays + [ScalarConstraint(ct.int32)] * 2 + constants + blocks)
+    return _signature(arrays + [ScalarConstraint(ct.int32)] * 2 + constants)
 
 
 def cb_signature(

@@ -144,19 +144,6 @@ def test_launch_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_persistent_compute_out_covers_every_block(heads: int) -> None:
-    """More output blocks than CTAs resident at once, two batches: each CTA walks several."""
-    problem = replace(BASE, batch=2, seqlen=4000, chunk_size=256, nheads=16, ngroups=2, dstate=128)
-    config = SSDConfig(out_persistent=1, out_heads=heads, out_rank1=1, state_segments=3)
-    _check(
-        f"persistent-{heads}",
-        problem,
-        make_inputs(problem, seed=_seed("persistent"), device="cuda"),
-        config,
-    )
-
-
 @pytest.mark.parametrize(
     ("dstate", "expected"),
     # 16 chunks × 64 heads: segments at dstate 64; enough output tiles for chunk_cb at 256.

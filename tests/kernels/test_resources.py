@@ -50,11 +50,13 @@ def _launched(point: str, variant: str, kernel: str = "compute_out_kernel"):
 def test_a_profiled_kernel_name_compiles_to_what_the_profiler_saw() -> None:
     """compute_out as it ran at 64K/128/128, chunk 256 (its mangled name, from the committed
     Nsight Compute output), compiled here with its config's hint of two CTAs per SM: ncu reported
-    128 registers per thread, no spills, 115.30 + 1.02 KB (static + driver) shared per CTA."""
+    128 registers per thread, no spills, and shared memory for two CTAs per SM (115.30 KB static
+    plus 1.02 KB for the driver at f56c702). The kernel's code has changed since (exp2 decays), so
+    its shared memory is checked against the two-CTA limit of an sm_90 SM (228 KiB), not equated."""
     symbol = re.search(r"compute_out_kernel_\w*_I256_\w*", NCU_OUTPUT.read_text()).group(0)
     res = _compiled(symbol, 2)
     assert (res.registers, res.local_bytes) == (128, 0)
-    assert res.shared_bytes == pytest.approx((115.30 + 1.02) * 1000, rel=0.01)
+    assert 2 * (res.shared_bytes + 1024) <= 228 * 1024
 
 
 @pytest.mark.slow
