@@ -9,6 +9,9 @@ callable that runs one forward) and a mode, and gets one `Measurement` per call 
            (device time, launch overhead gone);
 - kernels: torch.profiler device times of the kernels whose names start with the provider's
            kernel_prefixes, summed per repetition and kept per prefix (cuTile mangles names).
+           A kernel counts only the time after the provider's earlier kernels of the repetition
+           have ended: one launched as a programmatic dependent starts while its predecessor
+           runs and waits for it, and that wait is not its work.
 
 Compilation and autotuning stay out of every measurement: each call runs `warmup` times before
 sampling (and once more before, in the runner's correctness check). With a cold L2 (the default) a
@@ -164,8 +167,10 @@ def split_kernel_events(
     """Per-repetition samples from profiler device events (name, start µs, duration µs).
 
     Events whose names start with one of `prefixes` (longest match wins) are the provider's; taken
-    in start order, they split evenly into `reps` consecutive repetitions. Per-prefix times keep
-    the first launch order.
+    in start order, they split evenly into `reps` consecutive repetitions. Each kernel is charged
+    from the later of its start and the end of the repetition's earlier kernels to its end, so
+    overlapping kernels are not counted twice and a repetition's total is the time its kernels
+    kept the GPU busy. Per-prefix times keep the first launch order.
     """
 
     def prefix_of(name: str) -> str | None:
@@ -181,8 +186,12 @@ def split_kernel_events(
     result = []
     for r in range(reps):
         per_kernel: dict[str, float] = {}
-        for _, prefix, dur in mine[r * per_rep : (r + 1) * per_rep]:
-            per_kernel[prefix] = per_kernel.get(prefix, 0.0) + dur / 1000
+        busy_until = float("-inf")
+        for start, prefix, dur in mine[r * per_rep : (r + 1) * per_rep]:
+            end = start + dur
+            own = max(0.0, end - max(start, busy_until))
+            busy_until = max(busy_until, end)
+            per_kernel[prefix] = per_kernel.get(prefix, 0.0) + own / 1000
         result.append((sum(per_kernel.values()), per_kernel))
     return result
 

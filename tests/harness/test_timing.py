@@ -149,6 +149,20 @@ def test_split_kernel_events_groups_by_prefix_and_repetition() -> None:
     assert list(samples[0][1]) == ["chunk_cumsum", "compute_out"]  # launch order
 
 
+def test_split_kernel_events_does_not_count_overlap_twice() -> None:
+    """A programmatic dependent starts before its predecessor ends and waits for it: only the
+    time after the predecessor has ended is its own; a kernel wholly inside another counts 0."""
+    events = [
+        ("walk_kernel", 0.0, 100.0),
+        ("scan_kernel", 60.0, 50.0),  # waits from 60 to 100, runs to 110
+        ("out_kernel", 105.0, 5.0),  # starts and ends inside scan
+        ("out_kernel", 120.0, 30.0),  # after a gap: all its own
+    ]
+    [(total, per_kernel)] = split_kernel_events(events, ("walk", "scan", "out"), reps=1)
+    assert per_kernel == {"walk": 0.1, "scan": pytest.approx(0.010), "out": pytest.approx(0.030)}
+    assert total == pytest.approx(0.140)  # the busy time, 150 µs minus the 10 µs gap
+
+
 def test_split_kernel_events_refuses_what_it_cannot_attribute() -> None:
     events = [("k1", 0.0, 1.0), ("k1", 5.0, 1.0), ("k1", 9.0, 1.0)]
     with pytest.raises(TimingError, match="do not split evenly into 2 reps"):
