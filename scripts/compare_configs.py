@@ -9,14 +9,19 @@ it is measured, after a first line with the environment (GPU, driver, versions, 
 
     python scripts/compare_configs.py --shapes 16384:64:256,65536:32:64 \
         --variant base={} --variant cb='{"out_cb": 1}'
+
+`--tree NAME=DIR` adds the kernels of another commit, copied by scripts/kernel_tree.py into
+DIR/kernels_NAME, run with their own default configs and checked and timed like the variants.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,16 +32,27 @@ from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
 from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
-from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
 from scripts.variants import parse_points, point_config  # noqa: E402
 
 
-def check(problem: Problem, kwargs: dict, config: SSDConfig, ref: tuple) -> tuple[float, float]:
+def check(problem: Problem, forward: Callable, ref: tuple) -> tuple[float, float]:
     """(relative error of out, of final states) against the float64 reference."""
     correctness.poison_cuda_allocator("cuda", output_bytes(problem))
-    out, final = ssd_forward(**kwargs, config=config)
+    out, final = forward()
     return correctness.relative_error(out, ref[0]), correctness.relative_error(final, ref[1])
+
+
+def load_trees(parser: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, Callable]]:
+    """(name, ssd_forward) of each NAME=DIR: the package DIR/kernels_NAME."""
+    trees = []
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not (Path(folder) / f"kernels_{name}").is_dir():
+            parser.error(f"--tree {spec!r}: expected NAME=DIR with DIR/kernels_NAME in it")
+        sys.path.insert(0, str(Path(folder).resolve()))
+        trees.append((name, importlib.import_module(f"kernels_{name}.cutile.ssd").ssd_forward))
+    return trees
 
 
 def main() -> int:
@@ -47,8 +63,10 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--max-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tree", action="append", default=[], help="NAME=DIR (kernel_tree.py)")
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
+    trees = load_trees(parser, args.tree)
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
     timer = CudaTimer()
     if args.out:
@@ -63,15 +81,17 @@ def main() -> int:
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
-        for name, overrides in variants:
-            config = point_config(problem, overrides)
+        forwards = [
+            (name, functools.partial(ssd_forward, **kwargs, config=point_config(problem, o)))
+            for name, o in variants
+        ] + [(name, functools.partial(forward, **kwargs)) for name, forward in trees]
+        for name, fn in forwards:
             try:
-                errors[name] = check(problem, kwargs, config, ref)
+                errors[name] = check(problem, fn, ref)
             except Exception as exc:  # one broken variant must not lose the others
                 errors[name] = (float("nan"), float("nan"))
                 print(f"{problem.key()} {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
-            fn = functools.partial(ssd_forward, **kwargs, config=config)
             calls.append(Call(name, fn, KERNEL_PREFIXES))
         del ref
         graph = {m.name: m for m in measure(calls, "graph", policy, timer)}
