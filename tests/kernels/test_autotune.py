@@ -65,7 +65,14 @@ def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: 
 
 
 @pytest.mark.parametrize(
-    "bad", [{"out_heads": 0}, {"out_heads": 3}, {"out_block_m": 48}, {"state_occupancy": 33}]
+    "bad",
+    [
+        {"out_heads": 0},
+        {"out_heads": 3},
+        {"out_block_m": 48},
+        {"state_occupancy": 33},
+        {"dependent_launch": 2},
+    ],
 )
 def test_unusable_configs_are_rejected(bad: dict) -> None:
     with pytest.raises(ValueError, match="SSDConfig"):
@@ -107,6 +114,14 @@ def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, tiles, 
     for candidate in autotune.out_candidates(dstate, 256):
         inside_for_two = candidate["out_heads"] == 2 and candidate["out_cb"] == 0
         assert candidate["out_rank1"] == int(not (dstate > 128 and inside_for_two))
+
+
+@pytest.mark.parametrize(("heads", "block_n"), [(32, 32), (16, 32), (33, 64), (64, 64), (None, 64)])
+def test_narrow_walkers_at_dstate_256_only_where_wide_ones_leave_sms_idle(heads, block_n) -> None:
+    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, 32-column
+    walkers double their number; unknown size means a large problem. Other dstates keep theirs."""
+    assert default_config(256, 4096, heads).state_block_n == block_n
+    assert default_config(128, 4096, heads).state_block_n == 128
 
 
 def test_output_tiles_count_partial_chunks() -> None:
