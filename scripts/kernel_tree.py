@@ -33,7 +33,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("commit", help="any git revision")
     parser.add_argument("name", help="the copy becomes the package kernels_NAME")
-    parser.add_argument("dir", type=Path, help="where the package goes (put it on no git path)")
+    parser.add_argument(
+        "dir", type=Path, help="where the package goes (an ignored folder such as .scratch/trees)"
+    )
     args = parser.parse_args()
     if not args.name.isidentifier():
         parser.error(f"name {args.name!r} must be a Python identifier")

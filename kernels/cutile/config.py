@@ -107,8 +107,9 @@ def output_tiles(batch: int, seqlen: int, nheads: int, chunk_size: int) -> int:
 
 
 # At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an
-# H200 (132) without one; walkers of 32 columns double them (H200: −6 to −8 % in all at
-# 4K-64K/32/256; docs/performance.md, change 19).
+# H200 (132) without one; walkers of 32 columns double them (H200, with the PDL launches of
+# kernels/cutile/launch.py: −5 to −8 % in all at 4K-64K/32/256; not measured without them;
+# docs/performance.md, change 19).
 FEW_WALKERS = 128
 
 
