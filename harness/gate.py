@@ -183,6 +183,8 @@ def compare(
         "speedup",
         "speedup_low",
         "speedup_high",
+        "baseline_median_ms",
+        "candidate_median_ms",
         "ci_wide",
         "baseline_status",
         "candidate_status",
@@ -202,6 +204,11 @@ def compare(
             "candidate_low": joined["speedup_low_c"],
             "candidate_high": joined["speedup_high_c"],
             "change": joined["speedup_c"] / joined["speedup_b"],
+            # Which side moved: each provider's median in the candidate run over the baseline's.
+            # A speedup can drop because Triton got faster, which a gate on speedups rightly
+            # flags but a reader must not take for a slower cuTile.
+            "cutile_time_change": joined["candidate_median_ms_c"] / joined["candidate_median_ms_b"],
+            "triton_time_change": joined["baseline_median_ms_c"] / joined["baseline_median_ms_b"],
             "ci_wide": joined["ci_wide_b"].fillna(False).astype(bool)
             | joined["ci_wide_c"].fillna(False).astype(bool),
             "baseline_statuses": _statuses(joined, "_b"),
@@ -409,7 +416,8 @@ def _points_table(points: pd.DataFrame) -> str:
                 else "",
                 markdown.ratio(r["baseline_speedup"], r["baseline_low"], r["baseline_high"]),
                 markdown.ratio(r["candidate_speedup"], r["candidate_low"], r["candidate_high"]),
-                "—" if pd.isna(r["change"]) else f"{100 * (r['change'] - 1):+.1f} %",
+                _percent(r["change"]),
+                f"{_percent(r['cutile_time_change'])} / {_percent(r['triton_time_change'])}",
                 verdict_text,
                 f"{r['baseline_statuses']} → {r['candidate_statuses']}"
                 + (
@@ -425,11 +433,16 @@ def _points_table(points: pd.DataFrame) -> str:
         "baseline speedup",
         "candidate speedup",
         "change",
+        "time change cutile / triton",
         "verdict",
         "status (triton/cutile)",
         "key",
     )
     return markdown.table(header, rows)
+
+
+def _percent(ratio: float) -> str:
+    return "—" if pd.isna(ratio) else f"{100 * (ratio - 1):+.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -500,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         floor = f", {row.floor} floor" if row.floor else ""
         print(
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
-            f"{markdown.ratio(row.candidate_speedup)}"
+            f"{markdown.ratio(row.candidate_speedup)} (time: cutile "
+            f"{_percent(row.cutile_time_change)}, triton {_percent(row.triton_time_change)})"
         )
     return outcome.exit_code
 

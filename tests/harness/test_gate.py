@@ -80,6 +80,7 @@ def test_a_crafted_regression_is_caught(capsys, tmp_path: Path, baseline: Path) 
         capsys, baseline, slow_long, "--report-md", str(md), "--report-json", str(js)
     )
     assert code == 1 and "FAIL: 4 point(s) regressed (4 slower, 8 same)" in out
+    assert "(time: cutile +16.7 %, triton +0.0 %)" in out  # which side moved
     result = json.loads(js.read_text())
     assert result["verdict"] == "fail" and result["exit_code"] == 1
     assert len(result["failing_points"]) == 4 and all(
@@ -88,7 +89,9 @@ def test_a_crafted_regression_is_caught(capsys, tmp_path: Path, baseline: Path) 
     assert result["counts"] == {"slower": 4, "same": 8}
     text = md.read_text()
     assert text.startswith("## ssdbench gate: FAIL") and "### Points to look at" in text
-    assert "slower (fails)" in text and "-14.3 %" in text
+    assert "slower (fails)" in text and "-14.3 %" in text and "+16.7 % / +0.0 %" in text
+    slow = [p for p in result["points"] if p["verdict"] == "slower"]
+    assert all(p["cutile_time_change"] == pytest.approx(1.4 / 1.2) for p in slow)
 
 
 def test_noisy_but_equal_runs_pass(capsys, tmp_path: Path) -> None:
