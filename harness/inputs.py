@@ -110,6 +110,14 @@ def make_inputs(problem: Problem, seed: int, device: str | torch.device = "cpu")
     return SSDInputs(problem=p, **tensors).to(device, copy=False)
 
 
+def meta_inputs(problem: Problem) -> SSDInputs:
+    """The shapes and dtypes of make_inputs(problem), as meta tensors: no numbers are drawn, so
+    what a forward would launch (kernels/cutile/signatures.py, `forward_launches`) can be seen on
+    any machine in a second, whatever the problem's size."""
+    with torch.device("meta"):
+        return make_inputs(problem, seed=0, device="meta")
+
+
 def _dt_and_bias(
     p: Problem, rng: Callable[[str], torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -6,8 +6,12 @@ the cubin. A configuration that spills far more than the default is rarely worth
         --variant base={} --variant rank1='{"out_rank1": 1}'
 
 The builders' signatures leave out the shape and stride facts a launch derives from its tensors
-(kernels/cutile/signatures.py, `array`), so their figures can differ from what runs. Two ways
-to compile exactly what ran:
+(kernels/cutile/signatures.py, `array`), so their figures can differ from what runs. Three ways
+to compile exactly what runs:
+
+    # every launch of one forward at these shapes, built from meta tensors (no GPU needed)
+    python scripts/kernel_resources.py --shapes 65536:128:128,2048:32:256:128 \
+        --variant base={} --variant rank1='{"out_rank1": 1}'
 
     # the launches scripts/kernel_symbols.py recorded on a GPU, each with its occupancy hint
     python scripts/kernel_resources.py --symbols symbols.jsonl
@@ -26,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.cutile.config import default_config  # noqa: E402
-from scripts.variants import parse_variant  # noqa: E402
+from scripts.variants import parse_points, parse_variant, point_config  # noqa: E402
 
 ARCHS = ("sm_90", "sm_100")
 
@@ -57,6 +61,7 @@ def read_symbols(path: Path) -> list[tuple[str, str, str, int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", help="seqlen:nheads:dstate[:chunk],... (exact launches)")
     parser.add_argument("--dstates", default="64,128,256", help="comma-separated state sizes")
     parser.add_argument(
         "--tiles", type=int, help="the problem's (chunk, head) output tiles (default: large)"
@@ -81,13 +86,27 @@ def main() -> int:
 
     if args.occupancy < 0:
         parser.error(f"--occupancy must be >= 0, got {args.occupancy}")
-    if args.symbol or args.symbols:
+    if args.shapes:
+        from harness.inputs import meta_inputs
+        from kernels.cutile.signatures import forward_launches
+
+        problems, named = parse_points(parser, args.shapes, args.variant)
+        launches = [
+            (problem.key(), name, kernel_name, kernel, signature, 0)  # kernel has its hint
+            for problem in problems
+            for name, overrides in named
+            for kernel_name, kernel, signature in forward_launches(
+                meta_inputs(problem).kwargs(), point_config(problem, overrides)
+            )
+        ]
+    elif args.symbol or args.symbols:
         try:
             recorded = [("", "", s, args.occupancy) for s in args.symbol]
             recorded += read_symbols(args.symbols) if args.symbols else []
             launches = [(p, v, *from_symbol(s), hint) for p, v, s, hint in recorded]
         except (OSError, ValueError) as err:
             parser.error(str(err))
+    if args.shapes or args.symbol or args.symbols:
         print(f"{'point':<26} {'variant':<10} {'kernel':<22} {'regs':>5} {'local B':>8} "
               f"{'shared KB':>9}")  # fmt: skip
         for point, variant, name, kernel, signature, hint in launches:

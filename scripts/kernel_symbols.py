@@ -6,6 +6,9 @@ once per shape and variant on a GPU, records what each `ct.launch` was given
 (`KernelSignature.from_kernel_args`, which needs the CUDA driver) with the kernel's occupancy
 hint, and writes one JSON line per launch. `scripts/kernel_resources.py --symbols FILE` then
 compiles exactly those on any machine and reads their registers, spills and shared memory.
+`kernel_resources.py --shapes` now builds the same launches on the CPU from meta tensors
+(kernels/cutile/signatures.py, `forward_launches`); this script is how that was checked: the
+names it recorded at bef4ba0 are what the CPU builds (tests/kernels/test_signatures.py).
 
     python scripts/kernel_symbols.py --shapes 65536:128:128,2048:32:256 \
         --variant base={} --variant rank1='{"out_rank1": 1}' --out symbols.jsonl
@@ -37,7 +40,7 @@ def record_launches(problem, overrides: dict) -> list[dict]:
     config = point_config(problem, overrides)
     launched, real_launch = [], ct.launch
 
-    def recording_launch(stream, grid, kernel, args):
+    def recording_launch(stream, grid, kernel, args, **options):
         signature = KernelSignature.from_kernel_args(
             kernel, args, CallingConvention.cutile_python_v2()
         )
@@ -48,7 +51,7 @@ def record_launches(problem, overrides: dict) -> list[dict]:
                 "symbol": signature.symbol,
             }
         )
-        return real_launch(stream, grid, kernel, args)
+        return real_launch(stream, grid, kernel, args, **options)  # options: PDL
 
     ct.launch = recording_launch
     try:

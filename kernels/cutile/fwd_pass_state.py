@@ -16,7 +16,6 @@ state; compute_out adds the H_s term. Each CTA records its segment's end state a
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import cuda.tile as ct
@@ -24,7 +23,7 @@ import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
-from kernels.cutile.launch import follow_previous, launch
+from kernels.cutile.launch import follow_previous, launch, sm_count
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -281,12 +280,7 @@ def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) 
     if requested:
         wanted = requested
     else:
-        sms = _sm_count(device)
+        sms = sm_count(device)
         wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count

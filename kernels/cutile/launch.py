@@ -19,8 +19,49 @@ Measured on the H200 and kept out:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
 import cuda.tile as ct
 import torch
+
+
+@dataclass
+class Recording:
+    """Launches made inside `recorded()`, kept instead of run: (grid, kernel, args, dependent)."""
+
+    sms: int
+    launches: list[tuple[tuple[int, int, int], object, tuple, bool]] = field(default_factory=list)
+
+
+_recording: Recording | None = None
+
+
+@contextmanager
+def recorded(sms: int) -> Iterator[Recording]:
+    """Record the launches made inside instead of running them, as on a GPU with `sms` SMs: with
+    meta tensors the host code then runs on any machine, and `signatures.from_arguments` turns
+    each launch into the exact specialisation a GPU would compile."""
+    global _recording
+    _recording = Recording(sms)
+    try:
+        yield _recording
+    finally:
+        _recording = None
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of the device the launches go to (of the recorded one inside `recorded()`)."""
+    if _recording is not None:
+        return _recording.sms
+    return _device_sm_count(device)
+
+
+@functools.cache
+def _device_sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def follow_previous() -> None:
@@ -33,6 +74,9 @@ def follow_previous() -> None:
 
 def launch(grid: tuple[int, int, int], kernel, args: tuple, dependent: bool) -> None:
     """Launch on the current stream, as a programmatic dependent of the previous kernel or not."""
+    if _recording is not None:
+        _recording.launches.append((grid, kernel, args, dependent))
+        return
     ct.launch(
         torch.cuda.current_stream(), grid, kernel, args, programmatic_dependent_launch=dependent
     )

@@ -56,6 +56,17 @@ def ssd_forward(
     `default_config` for this dstate and size.
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
+    out, final = launch_forward(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config
+    )
+    return (out, final) if return_final_states else out
+
+
+def launch_forward(
+    x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel launches of `ssd_forward`, without its checks: (out, final states). Also run
+    on meta tensors inside `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
@@ -72,7 +83,7 @@ def ssd_forward(
     )
     state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
-    return (out, state_pass.final) if return_final_states else out
+    return out, state_pass.final
 
 
 def _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states) -> None:

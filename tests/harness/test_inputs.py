@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.inputs import SSDInputs, make_inputs
+from harness.inputs import SSDInputs, make_inputs, meta_inputs
 from harness.problem import Problem
 from kernels.reference import effective_dt, ssd_forward
 
@@ -124,6 +124,22 @@ def test_shapes_and_dtypes(options: dict, dtype: str) -> None:
         assert t.dtype == (torch.float32 if name in FLOAT32_NAMES else getattr(torch, dtype)), name
         assert t.device.type == "cpu"
         assert t.count_nonzero() > 0.99 * t.numel(), name
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"has_z": True, "has_initial_states": True, "D_has_hdim": True}]
+)
+def test_meta_inputs_have_the_real_shapes_and_dtypes(options: dict) -> None:
+    p = Problem(**SMALL, dtype="bfloat16", **options)
+    real, meta = make_inputs(p, 0).tensors(), meta_inputs(p).tensors()
+    for name, t in real.items():
+        if t is None:
+            assert meta[name] is None, name
+            continue
+        assert meta[name].device.type == "meta", name
+        assert (meta[name].shape, meta[name].dtype, meta[name].stride()) == (
+            t.shape, t.dtype, t.stride()
+        ), name  # fmt: skip
 
 
 @pytest.mark.parametrize("softplus", [True, False])

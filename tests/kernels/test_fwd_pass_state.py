@@ -10,7 +10,7 @@ from kernels.cutile import fwd_pass_state  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def h200_sms(monkeypatch) -> None:
-    monkeypatch.setattr(fwd_pass_state, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(fwd_pass_state, "sm_count", lambda device: 132)
 
 
 @pytest.mark.parametrize(

@@ -52,3 +52,21 @@ def test_recorded_symbols_are_read_and_a_foreign_line_is_named(tmp_path: Path) -
     bad.write_text(good.read_text() + '{"point": "p"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2 is not a kernel_symbols.py line"):
         read_symbols(bad)
+
+
+@pytest.mark.slow
+def test_shapes_compile_every_launch_of_the_forward() -> None:
+    """--shapes builds the launches from meta tensors and compiles each (no GPU)."""
+    pytest.importorskip("cuda.tile")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kernel_resources.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--shapes", "1024:32:64:128"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    kernels = [row[2] for row in rows]
+    assert kernels == [
+        "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "compute_out_kernel"
+    ]  # fmt: skip
+    assert all(int(row[3]) > 0 for row in rows)  # registers read from each cubin
