@@ -1,9 +1,12 @@
 """Kernel signatures of the cuTile SSD kernels, for compiling them ahead of time without a GPU.
 
-Each builder mirrors the argument list its host wrapper hands to `ct.launch` (arrays as torch
-passes contiguous tensors, then scalars, then compile-time constants), so a kernel whose
-parameters change without its builder fails to compile here. Used by the CPU compile tests and
-by `kernels.cutile.resources` (registers, spills and shared memory of a launch configuration).
+A launch specialises each kernel on facts of its tensors: unit strides and size-1 axes, sizes
+divisible by 16, strides divisible by 16 bytes. `forward_launches` runs the host code of one
+forward on meta tensors with the launches recorded (kernels/cutile/launch.py) and gives each
+launch's exact signature (`from_arguments`), so the CPU compiles what a GPU would run: the names
+it builds are those the H200 launched (tests/kernels/test_signatures.py). `from_symbol` reads a
+signature back from a kernel name as a profiler shows it. Used by the CPU compile tests and by
+`kernels.cutile.resources` (registers, spills and shared memory of a launch).
 """
 
 from __future__ import annotations
@@ -24,11 +27,10 @@ from cuda.tile.compilation import (
 
 from kernels.cutile.chunk_cb import chunk_cb_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
-from kernels.cutile.compute_out import D_PER_HEAD, D_PER_HEAD_DIM, compute_out_kernel
-from kernels.cutile.config import SSDConfig, with_occupancy
+from kernels.cutile.compute_out import compute_out_kernel
+from kernels.cutile.config import SSDConfig
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
 from kernels.cutile.segment_scan import segment_scan_kernel
-from kernels.cutile.tiles import pow2_tile
 
 KERNELS = {
     "chunk_cumsum_kernel": chunk_cumsum_kernel,
@@ -37,141 +39,6 @@ KERNELS = {
     "chunk_cb_kernel": chunk_cb_kernel,
     "compute_out_kernel": compute_out_kernel,
 }
-
-DTYPES = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16}
-DEFAULT_TILES = SSDConfig()  # the tile sizes a builder takes when none are given
-CHUNK = 256
-
-
-def array(dtype, ndim: int) -> ArrayConstraint:
-    """A contiguous array as torch hands it over: last stride 1, 16-byte aligned base.
-
-    A launch also specialises on facts of the actual tensors (size-1 axes, sizes divisible by 16,
-    strides divisible by 16 bytes) that this leaves out, so what compiles from these signatures
-    is not always what runs: at dstate 128 the default compute_out compiles to 255 registers here
-    and to 128 with the facts of a 64K/128/128 launch. For the exact specialisation that ran, use
-    `from_symbol` on the kernel name a profiler shows or scripts/kernel_symbols.py records."""
-    return ArrayConstraint(
-        dtype,
-        ndim,
-        index_dtype=ct.int32,
-        stride_lower_bound_incl=0,
-        alias_groups=(),
-        may_alias_internally=False,
-        stride_constant=(None,) * (ndim - 1) + (1,),
-        base_addr_divisible_by=16,
-    )
-
-
-def _signature(params: list) -> KernelSignature:
-    return KernelSignature(params, CallingConvention.cutile_python_v2())
-
-
-def cumsum_signature(has_bias: bool, softplus: bool, heads: int = 8) -> KernelSignature:
-    f32 = ct.float32
-    arrays = [array(f32, 3), array(f32, 1), array(f32, 1), array(f32, 4), array(f32, 4)]
-    scalars = [ScalarConstraint(ct.int32), ScalarConstraint(f32), ScalarConstraint(f32)]
-    return _signature(arrays + scalars + [CHUNK, heads, has_bias, softplus])
-
-
-def state_signature(
-    dtype: str,
-    headdim: int,
-    init: bool,
-    segmented: bool,
-    block_q: int = DEFAULT_TILES.state_block_q,
-    heads: int = 1,
-    weight_x: bool = False,
-    block_n: int = DEFAULT_TILES.state_block_n,
-) -> KernelSignature:
-    t, f32 = DTYPES[dtype], ct.float32
-    arrays = [array(t, 4), array(t, 4)] + [array(f32, 4)] * 3 + [array(t, 5), array(f32, 5)]
-    arrays += [array(f32, 3)] * 2
-    scalars = [ScalarConstraint(ct.int32)] * 4
-    constants = [CHUNK, headdim, block_n, block_q, heads, weight_x, init, segmented]
-    return _signature(arrays + scalars + constants)
-
-
-def scan_signature(dtype: str, headdim: int) -> KernelSignature:
-    t, f32 = DTYPES[dtype], ct.float32
-    arrays = [array(f32, 5), array(f32, 3), array(t, 5), array(f32, 4)]
-    return _signature(arrays + [ScalarConstraint(ct.int32), headdim, 64])
-
-
-def out_signature(
-    dtype: str,
-    headdim: int,
-    dstate: int,
-    d_mode: int,
-    has_z: bool,
-    heads: int = 1,
-    segmented: bool = False,
-    cb: int = 0,
-    rank1: bool = False,
-    tiles: SSDConfig = DEFAULT_TILES,
-) -> KernelSignature:
-    """compute_out; `tiles` gives rows per CTA, k-tile and dstate slice."""
-    t, f32 = DTYPES[dtype], ct.float32
-    d_ndim = 2 if d_mode == D_PER_HEAD_DIM else 1
-    cb_array = array(f32 if cb < 2 else t, 5)
-    arrays = [array(t, 4)] * 3 + [cb_array, array(t, 5), array(t, 5), array(f32, 3)]
-    arrays += [array(f32, 4), array(f32, 4), array(f32, d_ndim), array(t, 4), array(t, 4)]
-    block_m = min(tiles.out_block_m, CHUNK)
-    constants = [CHUNK, headdim, dstate, min(tiles.out_slice_n, dstate), block_m]
-    constants += [min(tiles.out_block_k, block_m), heads, d_mode, has_z, segmented, cb > 0, rank1]
-    return _signature(arrays + [ScalarConstraint(ct.int32)] * 2 + constants)
-
-
-def cb_signature(
-    dtype: str, dstate: int, out_dtype: str = "float32", tiles: SSDConfig = DEFAULT_TILES
-) -> KernelSignature:
-    t = DTYPES[dtype]
-    arrays = [array(t, 4), array(t, 4), array(DTYPES[out_dtype], 5)]
-    block_m = min(tiles.out_block_m, CHUNK)
-    constants = [CHUNK, min(128, dstate), dstate, block_m, min(tiles.out_block_k, block_m)]
-    return _signature(arrays + [ScalarConstraint(ct.int32)] + constants)
-
-
-def sweep_launches(
-    dstate: int, config: SSDConfig, segmented: bool
-) -> list[tuple[str, object, KernelSignature]]:
-    """(name, kernel with its occupancy hint, signature) of fwd_pass_state, chunk_cb (when the
-    config uses it) and compute_out, as the default sweep launches them: bf16, headdim 64,
-    chunk 256, D per head, no z, an even number of heads per group. `segmented`: whether the walk
-    is split (the host decides that from the problem's size)."""
-    n_tile = pow2_tile(dstate)
-    state = state_signature(
-        "bfloat16",
-        64,
-        False,
-        segmented,
-        min(config.state_block_q, CHUNK),
-        config.state_heads,
-        bool(config.state_weight_x),
-        min(config.state_block_n, n_tile),
-    )
-    out = out_signature(
-        "bfloat16",
-        64,
-        n_tile,
-        D_PER_HEAD,
-        False,
-        config.out_heads,
-        segmented,
-        config.out_cb,
-        bool(config.out_rank1),
-        config,
-    )
-    launches = [
-        ("fwd_pass_state", with_occupancy(fwd_pass_state_kernel, config.state_occupancy), state)
-    ]
-    if config.out_cb:
-        out_dtype = "float32" if config.out_cb == 1 else "bfloat16"
-        launches.append(
-            ("chunk_cb", chunk_cb_kernel, cb_signature("bfloat16", n_tile, out_dtype, config))
-        )
-    launches.append(("compute_out", with_occupancy(compute_out_kernel, config.out_occupancy), out))
-    return launches
 
 
 def from_symbol(symbol: str) -> tuple[str, object, KernelSignature]:
@@ -189,9 +56,12 @@ TORCH_DTYPES = {torch.float32: ct.float32, torch.float16: ct.float16, torch.bflo
 def tensor_constraint(tensor: torch.Tensor) -> ArrayConstraint:
     """The facts a launch derives from one tensor, as torch launches on the H200 recorded them
     (tests/kernels/test_signatures.py checks this against recorded names): unit strides and
-    size-1 axes as constants, sizes divisible by 16, other strides divisible by 16 bytes, a
-    16-byte-aligned base (every tensor the host code allocates is)."""
+    size-1 axes as constants, sizes divisible by 16, other strides divisible by 16 bytes, and
+    the base's alignment up to 16 bytes (16 for every tensor the host code allocates; a view's
+    offset can lower it)."""
     per_16_bytes = 16 // tensor.element_size()
+    offset = tensor.storage_offset() * tensor.element_size()
+    base_alignment = 16 if offset % 16 == 0 else offset & -offset
     strides, shape = tensor.stride(), tensor.shape
     return ArrayConstraint(
         TORCH_DTYPES[tensor.dtype],
@@ -206,7 +76,7 @@ def tensor_constraint(tensor: torch.Tensor) -> ArrayConstraint:
             per_16_bytes if s != 1 and s % per_16_bytes == 0 else 1 for s in strides
         ),
         shape_divisible_by=tuple(16 if d % 16 == 0 else 1 for d in shape),
-        base_addr_divisible_by=16,
+        base_addr_divisible_by=base_alignment,
     )
 
 
@@ -227,7 +97,7 @@ def from_arguments(kernel, args: tuple) -> KernelSignature:
             params.append(ConstantConstraint(value))
         else:
             params.append(ScalarConstraint(ct.float32 if isinstance(value, float) else ct.int32))
-    return _signature(params)
+    return KernelSignature(params, CallingConvention.cutile_python_v2())
 
 
 def _is_constant(hint) -> bool:

@@ -61,3 +61,13 @@ def test_a_wrong_argument_count_is_refused() -> None:
 
     with pytest.raises(ValueError, match="segment_scan_kernel takes 7 arguments, got 2"):
         from_arguments(segment_scan_kernel, (1, 2))
+
+
+@pytest.mark.parametrize(("offset", "alignment"), [(0, 16), (8, 16), (4, 8), (1, 2)])
+def test_a_view_offset_lowers_the_base_alignment(offset: int, alignment: int) -> None:
+    import torch
+
+    from kernels.cutile.signatures import tensor_constraint
+
+    view = torch.empty(64 + 8, dtype=torch.bfloat16, device="meta")[offset : offset + 64]
+    assert tensor_constraint(view).base_addr_divisible_by == alignment
