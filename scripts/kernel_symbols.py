@@ -1,7 +1,7 @@
 """The exact specialisation of every cuTile kernel the SSD forward launches, as mangled names.
 
 A launch specialises each kernel on facts of its tensors (size-1 axes, sizes divisible by 16,
-strides divisible by 16 bytes) that hand-written signatures do not know. This runs the forward
+strides divisible by 16 bytes). This runs the forward
 once per shape and variant on a GPU, records what each `ct.launch` was given
 (`KernelSignature.from_kernel_args`, which needs the CUDA driver) with the kernel's occupancy
 hint, and writes one JSON line per launch. `scripts/kernel_resources.py --symbols FILE` then

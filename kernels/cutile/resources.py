@@ -5,8 +5,9 @@ memory, or takes more registers than the hint allows and loses CTAs per SM, and 
 H200 every launch configuration that measured a large loss in compute_out did one or the other where
 its alternative did not (docs/performance.md), so reading the cubin's resource attributes tells,
 without a GPU, which configurations are worth timing. Compile the specialisation that runs
-(signatures.from_symbol on a recorded or profiled kernel name): the hand-written signatures lack the
-facts a launch derives from its tensors. The numbers come from the cubin's `.nv.info` section
+(kernels/cutile/signatures.py: `forward_launches` on meta tensors, or `from_symbol` on a recorded
+or profiled kernel name): a signature without the facts a launch derives from its tensors compiles
+other code. The numbers come from the cubin's `.nv.info` section
 (attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
 section.
 """

@@ -29,6 +29,12 @@ ARCHS = ("sm_90", "sm_100")
 SMALL = Problem(
     seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128, has_initial_states=True
 )
+FP32_Z_RAGGED = replace(
+    SMALL, seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True, return_final_states=True
+)
+FP16_D_PER_HEADDIM = replace(
+    SMALL, seqlen=1024, headdim=128, dtype="float16", has_z=True, D_has_hdim=True
+)
 CASES = {
     # The default sweep, default configs.
     "N64-segmented": (parse_shape("16384:64:64"), {}),
@@ -38,31 +44,8 @@ CASES = {
     "N256-chunk-cb": (parse_shape("16384:64:256"), {}),
     "N256-chunk128-few-heads": (parse_shape("2048:32:256:128"), {}),
     # Option branches.
-    "fp32-z-init-final-ragged": (
-        Problem(
-            seqlen=1000,
-            nheads=8,
-            headdim=32,
-            dstate=16,
-            dtype="float32",
-            has_z=True,
-            has_initial_states=True,
-            return_final_states=True,
-        ),
-        {},
-    ),  # fmt: skip
-    "fp16-D-per-headdim-z": (
-        Problem(
-            seqlen=1024,
-            nheads=8,
-            headdim=128,
-            dstate=128,
-            dtype="float16",
-            has_z=True,
-            D_has_hdim=True,
-        ),
-        {},
-    ),  # fmt: skip
+    "fp32-z-init-final-ragged": (FP32_Z_RAGGED, {}),
+    "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),
     # Launch configurations the tuner may pick (and the GPU tests run).
     "cb-two-heads-segments": (SMALL, {"out_cb": 1, "out_heads": 2, "state_segments": 3}),
     "cb-stored-in-input-dtype-rank1": (SMALL, {"out_cb": 2, "out_rank1": 1}),
