@@ -49,6 +49,7 @@ def record_launches(problem, overrides: dict) -> list[dict]:
                 "kernel": kernel._pyfunc.__name__,
                 "occupancy": kernel._compiler_options.occupancy or 0,  # the hint, if any
                 "symbol": signature.symbol,
+                "config": config.to_dict(),  # so the names can be rebuilt after defaults change
             }
         )
         return real_launch(stream, grid, kernel, args, **options)  # options: PDL

@@ -17,6 +17,7 @@ from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
 
 
 @ct.kernel
@@ -30,8 +31,9 @@ def chunk_cb_kernel(
     N: ConstInt,
     TM: ConstInt,
     TK: ConstInt,
+    CHAINED: ConstBool,
 ):
-    follow_previous()
+    follow_previous(CHAINED)
     row_block = ct.bid(0)  # TM-row block along the sequence
     group = ct.bid(1) % ngroups
     batch = ct.bid(1) // ngroups
@@ -87,7 +89,7 @@ def chunk_cb(
     launch(
         grid,
         chunk_cb_kernel,
-        (C, B, cb, ngroups, chunk_size, ns, n_tile, block_m, block_k),
+        (C, B, cb, ngroups, chunk_size, ns, n_tile, block_m, block_k, dependent),
         dependent,
     )
     return cb

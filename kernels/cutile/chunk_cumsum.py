@@ -30,8 +30,9 @@ def chunk_cumsum_kernel(
     HB: ConstInt,
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
+    CHAINED: ConstBool,
 ):
-    follow_previous()
+    follow_previous(CHAINED)
     chunk = ct.bid(0)
     hblock = ct.bid(1)
     batch = ct.bid(2)
@@ -67,8 +68,11 @@ def chunk_cumsum(
     dt_softplus: bool,
     dt_limit: tuple[float, float],
     heads_per_block: int = 8,
+    chained: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch chunk_cumsum; returns (dt_out, dA_cumsum), both (b, h, nchunks, chunk_size) fp32."""
+    """Launch chunk_cumsum; returns (dt_out, dA_cumsum), both (b, h, nchunks, chunk_size) fp32.
+    `chained`: the next kernel is launched as its programmatic dependent (kernels/cutile/launch.py),
+    so this one releases it."""
     batch, seqlen, nheads = dt.shape
     nchunks = math.ceil(seqlen / chunk_size)
     dt_out = torch.empty(batch, nheads, nchunks, chunk_size, device=dt.device, dtype=torch.float32)
@@ -94,6 +98,7 @@ def chunk_cumsum(
             hb,
             has_bias,
             dt_softplus,
+            chained,
         ),
         dependent=False,
     )

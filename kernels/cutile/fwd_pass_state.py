@@ -118,8 +118,9 @@ def fwd_pass_state_kernel(
     WEIGHT_X: ConstBool,
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
+    CHAINED: ConstBool,
 ):
-    follow_previous()
+    follow_previous(CHAINED)
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch = ct.bid(2) // segments
@@ -267,6 +268,7 @@ def fwd_pass_state_launch(
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
+        bool(config.dependent_launch),
     )  # fmt: skip
     return grid, kernel, args
 

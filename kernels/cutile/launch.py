@@ -6,7 +6,9 @@ memory the earlier kernel writes. chunk_cumsum, the state walk, segment_scan and
 `follow_previous` first: each waits until every earlier kernel has finished and its writes are
 visible, then lets its own successor be scheduled. What this saves is the launch gap between
 kernels, a microsecond or so each, which matters at short sequences (H200, 1K-2K/32/64: −6 to
-−9 %; docs/performance.md, change 18). Without PDL both calls are no-ops.
+−9 %; docs/performance.md, change 18). The calls are compiled in only where a config chains the
+launches (`SSDConfig.dependent_launch`, each kernel's CHAINED constant); left in but unused they
+still cost long kernels (change 20).
 
 Measured on the H200 and kept out:
 - compute_out is launched plainly, without these calls: they cost its tens of thousands of short
@@ -64,12 +66,14 @@ def _device_sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def follow_previous() -> None:
-    """Called first in each kernel of the chain: wait for the previous kernel in the stream to
-    finish and its writes to become visible (a no-op unless launched as a dependent), then allow
-    the next one to be scheduled."""
-    ct.grid_dependency_control_wait()
-    ct.grid_dependency_control_launch_dependents()
+def follow_previous(chained: bool) -> None:
+    """Called first in each kernel of the chain with its compile-time flag: when `chained`, wait
+    for the previous kernel in the stream to finish and its writes to become visible (a no-op
+    unless launched as a dependent), then allow the next one to be scheduled; otherwise nothing
+    is compiled in, since the two instructions alone cost a long kernel up to 8 % (change 20)."""
+    if chained:
+        ct.grid_dependency_control_wait()
+        ct.grid_dependency_control_launch_dependents()
 
 
 def launch(grid: tuple[int, int, int], kernel, args: tuple, dependent: bool) -> None:

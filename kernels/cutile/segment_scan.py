@@ -16,6 +16,7 @@ from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
 
 
 @ct.kernel
@@ -27,8 +28,9 @@ def segment_scan_kernel(
     segments: int,
     P: ConstInt,
     NB: ConstInt,
+    CHAINED: ConstBool,
 ):
-    follow_previous()
+    follow_previous(CHAINED)
     nblock = ct.bid(0)
     head = ct.bid(1)
     batch = ct.bid(2)
@@ -65,7 +67,7 @@ def segment_scan(
     launch(
         grid,
         segment_scan_kernel,
-        (seg_end, seg_total, seg_start, final, segments, pow2_tile(headdim), nb),
+        (seg_end, seg_total, seg_start, final, segments, pow2_tile(headdim), nb, dependent),
         dependent,
     )
     return seg_start, final

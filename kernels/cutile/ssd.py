@@ -79,7 +79,14 @@ def launch_forward(
     tiles = output_tiles(batch, seqlen, nheads, chunk_size)
     config = config or default_config(B.shape[3], tiles, batch * nheads)
     dt_out, dA_cumsum = chunk_cumsum(
-        dt, A, dt_bias, chunk_size, dt_softplus, dt_limit, config.cumsum_heads
+        dt,
+        A,
+        dt_bias,
+        chunk_size,
+        dt_softplus,
+        dt_limit,
+        config.cumsum_heads,
+        bool(config.dependent_launch),
     )
     state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)

@@ -59,7 +59,7 @@ def test_a_wrong_argument_count_is_refused() -> None:
     from kernels.cutile.segment_scan import segment_scan_kernel
     from kernels.cutile.signatures import from_arguments
 
-    with pytest.raises(ValueError, match="segment_scan_kernel takes 7 arguments, got 2"):
+    with pytest.raises(ValueError, match="segment_scan_kernel takes 8 arguments, got 2"):
         from_arguments(segment_scan_kernel, (1, 2))
 
 
