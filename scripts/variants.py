@@ -9,7 +9,7 @@ import dataclasses
 import json
 
 from harness.problem import Problem
-from kernels.cutile.config import SSDConfig, default_config, output_tiles
+from kernels.cutile.config import ProblemSize, SSDConfig, default_config
 
 
 def parse_shape(text: str) -> Problem:
@@ -64,6 +64,6 @@ def parse_points(
 
 def point_config(problem: Problem, overrides: dict) -> SSDConfig:
     """A variant's config at a point: its fields over the point's default_config."""
-    tiles = output_tiles(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
-    config = default_config(problem.dstate, tiles, problem.batch * problem.nheads)
+    size = ProblemSize(problem.batch, problem.seqlen, problem.nheads, problem.chunk_size)
+    config = default_config(problem.dstate, size)
     return dataclasses.replace(config, **overrides)

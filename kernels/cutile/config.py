@@ -95,52 +95,79 @@ class SSDConfig:
 DEFAULT_CONFIG = SSDConfig()
 
 
+@dataclass(frozen=True)
+class ProblemSize:
+    """The sizes of a problem a default configuration depends on, besides dstate."""
+
+    batch: int
+    seqlen: int
+    nheads: int
+    chunk_size: int
+
+    @property
+    def output_tiles(self) -> int:
+        """(chunk, head) tiles of the output: how much work compute_out spreads over the GPU."""
+        return self.batch * self.nheads * -(-self.seqlen // self.chunk_size)
+
+    @property
+    def positions(self) -> int:
+        """Sequence positions times heads: how much work the whole forward does, whatever the
+        chunk length."""
+        return self.batch * self.seqlen * self.nheads
+
+
 # Below this many (chunk, head) output tiles, chunk_cb's extra launch costs more than computing
 # C·Bᵀ inside compute_out (H200, dstate 256: −13 % at 128 tiles, ±3 % at 512, +1.5 to +4.8 %
 # at 1024-2048 without it; docs/performance.md, change 12).
 CB_MIN_TILES = 1024
 
-
-def output_tiles(batch: int, seqlen: int, nheads: int, chunk_size: int) -> int:
-    """(chunk, head) tiles of the output: how much work compute_out spreads over the GPU."""
-    return batch * nheads * -(-seqlen // chunk_size)
-
+# Up to this many positions × heads the launch gaps PDL removes are a visible share of the
+# forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128); from 4K/32 on its wait and release
+# cost more than they save (+5 % at 4K/32/128, +4 to +10 % at 4K-16K/32/256 with 64-column
+# walkers, +3 % at 64K/64/256; docs/performance.md, change 20).
+CHAIN_MAX_POSITIONS = 65536
 
 # At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an
-# H200 (132) without one; walkers of 32 columns double them (H200, with the PDL launches of
-# kernels/cutile/launch.py: −5 to −8 % in all at 4K-64K/32/256; not measured without them;
-# docs/performance.md, change 19).
+# H200 (132) without one; walkers of 32 columns double them. That pays only with chained launches
+# (−5 to −8 % at 4K-64K/32/256, change 19); without them 64 columns are faster (4K and 16K/32/256:
+# −6 %, change 20), a difference of the code the compiler makes.
 FEW_WALKERS = 128
 
 
-def default_config(dstate: int, tiles: int | None = None, heads: int | None = None) -> SSDConfig:
-    """The untuned launch configuration for a state size and, from dstate 256 on, a problem's
-    `output_tiles` and batch × heads (None: a large problem). docs/performance.md has the
-    evidence.
+def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
+    """The untuned launch configuration for a state size and a problem's size (None: a large
+    problem). docs/performance.md has the evidence.
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, 128 state columns per CTA at 128; from 256 on one segment
     (the walkers already fill the GPU, and the segment correction would cost compute_out ~14 %),
-    with 32 state columns per CTA where 64 would leave SMs without a walker.
+    with 32 state columns per CTA where 64 would leave SMs without a walker and launches are
+    chained.
 
-    compute_out: four CTAs per SM of one head up to dstate 64; from 128 on two CTAs per SM, each
-    for a pair of heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one
-    head; at 64 a loss). From 256 on chunk_cb computes C·Bᵀ once per group when there are at least
-    CB_MIN_TILES output tiles. The row-times-column decay below the diagonal (`out_rank1`)
-    everywhere but at 256 with C·Bᵀ computed inside: there it spills (2K/32/256: compute_out 32 →
-    53 µs).
+    compute_out: four CTAs per SM of one head up to dstate 64; from 128 on each CTA for a pair of
+    heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one head; at 64 a
+    loss). At 128 three CTAs per SM with 32-column causal k-tiles, which fit without spills (−15 %
+    at 64K/128/128 against two with 64-column ones; at 256 +47 %), at 256 two. From 256 on
+    chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output tiles. The
+    row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
+    computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
+
+    Launches are chained by PDL only up to CHAIN_MAX_POSITIONS.
     """
-    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1)
+    chained = int(size is not None and size.positions <= CHAIN_MAX_POSITIONS)
+    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=chained)
     if dstate <= 64:
         return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1)
     if dstate <= 128:
-        return replace(walk, state_block_n=128, out_occupancy=2, out_heads=2, out_rank1=1)
-    cb = int(tiles is None or tiles >= CB_MIN_TILES)
-    few_walkers = heads is not None and heads * (256 // 64) <= FEW_WALKERS
+        return replace(
+            walk, state_block_n=128, out_occupancy=3, out_block_k=32, out_heads=2, out_rank1=1
+        )
+    cb = int(size is None or size.output_tiles >= CB_MIN_TILES)
+    few_walkers = size is not None and size.batch * size.nheads * (256 // 64) <= FEW_WALKERS
     return replace(
         walk,
-        state_block_n=32 if few_walkers else 64,
+        state_block_n=32 if few_walkers and chained else 64,
         state_block_q=256,
         state_segments=1,
         out_occupancy=2,

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from kernels.cutile.config import SSDConfig, default_config, output_tiles
+from kernels.cutile.config import ProblemSize, SSDConfig, default_config
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -76,8 +76,8 @@ def launch_forward(
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     batch, seqlen, nheads = x.shape[:3]
-    tiles = output_tiles(batch, seqlen, nheads, chunk_size)
-    config = config or default_config(B.shape[3], tiles, batch * nheads)
+    size = ProblemSize(batch, seqlen, nheads, chunk_size)
+    config = config or default_config(B.shape[3], size)
     dt_out, dA_cumsum = chunk_cumsum(
         dt,
         A,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels.cutile import autotune
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, default_config, output_tiles
+from kernels.cutile.config import DEFAULT_CONFIG, ProblemSize, SSDConfig, default_config
 
 
 def test_candidates_respect_problem_sizes() -> None:
@@ -87,7 +87,7 @@ def test_kernel_source_hash_is_stable_and_short() -> None:
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
     x, B = torch.empty(1, 4096, 64, 64), torch.empty(1, 4096, 1, 256)
     config, record = autotune.configure({"x": x, "B": B, "chunk_size": 256}, "off")
-    assert config == default_config(256, tiles=1024) and config.out_heads == 2
+    assert config == default_config(256, ProblemSize(1, 4096, 64, 256)) and config.out_heads == 2
     assert record == {"tune": "off", "source": "default", "config": config.to_dict()}
 
 
@@ -97,35 +97,64 @@ def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
 def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out_cb) -> None:
     """At dstate 256, C·Bᵀ goes through chunk_cb from 1024 (chunk, head) tiles on; smaller
     problems compute it inside compute_out. Smaller dstates never use chunk_cb by default."""
-    tiles = output_tiles(1, seqlen, nheads, 256)
-    assert default_config(256, tiles).out_cb == out_cb
+    size = ProblemSize(1, seqlen, nheads, 256)
+    assert default_config(256, size).out_cb == out_cb
     assert default_config(256).out_cb == 1  # size unknown: a large problem
-    assert default_config(128, tiles).out_cb == default_config(64, tiles).out_cb == 0
+    assert default_config(128, size).out_cb == default_config(64, size).out_cb == 0
 
 
 @pytest.mark.parametrize(
-    ("dstate", "tiles", "rank1"), [(64, 128, 1), (128, 128, 1), (256, 128, 0), (256, 1024, 1)]
+    ("dstate", "seqlen", "rank1"), [(64, 1024, 1), (128, 1024, 1), (256, 1024, 0), (256, 8192, 1)]
 )
-def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, tiles, rank1) -> None:
+def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, seqlen, rank1) -> None:
     """The row-times-column decay spills compute_out where it also computes C·Bᵀ for two heads at
     dstate 256; the tuner's candidates follow the same rule."""
-    config = default_config(dstate, tiles)
+    config = default_config(dstate, ProblemSize(1, seqlen, 32, 256))
     assert config.out_rank1 == rank1
     for candidate in autotune.out_candidates(dstate, 256):
         inside_for_two = candidate["out_heads"] == 2 and candidate["out_cb"] == 0
         assert candidate["out_rank1"] == int(not (dstate > 128 and inside_for_two))
 
 
-@pytest.mark.parametrize(("heads", "block_n"), [(32, 32), (16, 32), (33, 64), (64, 64), (None, 64)])
-def test_narrow_walkers_at_dstate_256_only_where_wide_ones_leave_sms_idle(heads, block_n) -> None:
-    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, 32-column
-    walkers double their number; unknown size means a large problem. Other dstates keep theirs."""
-    assert default_config(256, 4096, heads).state_block_n == block_n
-    assert default_config(128, 4096, heads).state_block_n == 128
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chained"),
+    [(1, 1024, 32, 1), (1, 2048, 32, 1), (1, 1024, 64, 1), (2, 1024, 32, 1), (1, 4096, 32, 0),
+     (1, 2048, 64, 0), (2, 2048, 32, 0), (1, 65536, 128, 0)],
+)  # fmt: skip
+def test_launches_chained_only_up_to_64k_positions_times_heads(batch, seqlen, nheads, chained):
+    """PDL where launch gaps are a visible share (CHAIN_MAX_POSITIONS), whatever the dstate and
+    chunk length; a problem of unknown size is a large one."""
+    for dstate in (64, 128, 256):
+        for chunk_size in (64, 256):
+            size = ProblemSize(batch, seqlen, nheads, chunk_size)
+            assert default_config(dstate, size).dependent_launch == chained
+        assert default_config(dstate).dependent_launch == 0
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "nheads", "block_n"),
+    [(1024, 32, 32), (2048, 16, 32), (1024, 33, 64), (1024, 64, 64), (4096, 32, 64)],
+)
+def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches(
+    seqlen, nheads, block_n
+) -> None:
+    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, and with
+    chained launches, 32-column walkers double their number. Other dstates keep theirs."""
+    size = ProblemSize(1, seqlen, nheads, 256)
+    assert default_config(256, size).state_block_n == block_n
+    assert default_config(256).state_block_n == 64
+    assert default_config(128, size).state_block_n == 128
+
+
+def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_with_32_column_k_tiles() -> None:
+    config = default_config(128, ProblemSize(1, 65536, 128, 128))
+    assert (config.out_occupancy, config.out_block_k, config.out_heads) == (3, 32, 2)
+    assert default_config(256).out_occupancy == 2 and default_config(256).out_block_k == 64
 
 
 def test_output_tiles_count_partial_chunks() -> None:
-    assert output_tiles(batch=2, seqlen=1000, nheads=8, chunk_size=256) == 2 * 8 * 4
+    assert ProblemSize(batch=2, seqlen=1000, nheads=8, chunk_size=256).output_tiles == 2 * 8 * 4
+    assert ProblemSize(batch=2, seqlen=1000, nheads=8, chunk_size=256).positions == 16000
 
 
 def test_unknown_policy_is_an_error() -> None:
