@@ -121,11 +121,11 @@ class ProblemSize:
 # at 1024-2048 without it; docs/performance.md, change 12).
 CB_MIN_TILES = 1024
 
-# Up to this many positions × heads the launch gaps PDL removes are a visible share of the
-# forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128); from 4K/32 on its wait and release
-# cost more than they save (+5 % at 4K/32/128, +4 to +10 % at 4K-16K/32/256 with 64-column
-# walkers, +3 % at 64K/64/256; docs/performance.md, change 20).
-CHAIN_MAX_POSITIONS = 65536
+# Short problems: up to this many positions × heads. There the launch gaps PDL removes are a
+# visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128); from 4K/32
+# on its wait and release cost more than they save (+5 % at 4K/32/128, +4 to +10 % at
+# 4K-16K/32/256 with 64-column walkers, +3 % at 64K/64/256; docs/performance.md, change 20).
+SHORT_POSITIONS = 65536
 
 # At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an
 # H200 (132) without one; walkers of 32 columns double them. That pays only with chained launches
@@ -138,6 +138,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     """The untuned launch configuration for a state size and a problem's size (None: a large
     problem). docs/performance.md has the evidence.
 
+    Short problems (SHORT_POSITIONS) chain their launches by PDL.
+
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, 128 state columns per CTA at 128; from 256 on one segment
@@ -145,36 +147,35 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     with 32 state columns per CTA where 64 would leave SMs without a walker and launches are
     chained.
 
-    compute_out: four CTAs per SM of one head up to dstate 64; from 128 on each CTA for a pair of
-    heads sharing its C·Bᵀ tiles (at 128: −0.6 to −7.5 % against three CTAs of one head; at 64 a
-    loss). At 128 three CTAs per SM with 32-column causal k-tiles, which fit without spills (−15 %
-    at 64K/128/128 against two with 64-column ones; at 256 +47 %), at 256 two. From 256 on
-    chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output tiles. The
-    row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
+    compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
+    fit without spills (change 20):
+    - up to dstate 64: four CTAs per SM of one head;
+    - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
+      head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
+      against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
+      −2.5 %);
+    - at 256, chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output
+      tiles, and compute_out runs three CTAs per SM of one head with 32-column k-tiles (−5 %
+      against two CTAs for pairs); with fewer tiles C·Bᵀ is computed inside, for pairs, two CTAs
+      per SM.
+    The row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
     computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
-
-    Launches are chained by PDL only up to CHAIN_MAX_POSITIONS.
     """
-    chained = int(size is not None and size.positions <= CHAIN_MAX_POSITIONS)
-    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=chained)
+    short = int(size is not None and size.positions <= SHORT_POSITIONS)
+    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
+    three_ctas = {"out_occupancy": 3, "out_block_k": 32}
     if dstate <= 64:
         return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1)
     if dstate <= 128:
-        return replace(
-            walk, state_block_n=128, out_occupancy=3, out_block_k=32, out_heads=2, out_rank1=1
-        )
-    cb = int(size is None or size.output_tiles >= CB_MIN_TILES)
+        out = {"out_occupancy": 2} if short else three_ctas
+        return replace(walk, state_block_n=128, out_heads=2, out_rank1=1, **out)
     few_walkers = size is not None and size.batch * size.nheads * (256 // 64) <= FEW_WALKERS
-    return replace(
-        walk,
-        state_block_n=32 if few_walkers and chained else 64,
-        state_block_q=256,
-        state_segments=1,
-        out_occupancy=2,
-        out_heads=2,
-        out_cb=cb,
-        out_rank1=cb,
+    walk = replace(
+        walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
     )
+    if size is None or size.output_tiles >= CB_MIN_TILES:
+        return replace(walk, out_cb=1, out_rank1=1, out_heads=1, **three_ctas)
+    return replace(walk, out_occupancy=2, out_heads=2)
 
 
 _HINTED: dict[tuple[int, int], object] = {}

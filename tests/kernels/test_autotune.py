@@ -20,6 +20,16 @@ def test_candidates_respect_problem_sizes() -> None:
     assert all(SSDConfig.from_dict({**DEFAULT_CONFIG.to_dict(), **c}) for c in out)
 
 
+@pytest.mark.parametrize("dstate", [64, 128, 256])
+@pytest.mark.parametrize("seqlen", [1024, 65536])
+def test_the_default_compute_out_is_among_the_candidates(dstate: int, seqlen: int) -> None:
+    """So tuning can only pick something measured no slower than the default."""
+    config = default_config(dstate, ProblemSize(1, seqlen, 32, 256)).to_dict()
+    config["out_slice_n"] = min(config["out_slice_n"], dstate)  # as the launch clamps it
+    candidates = autotune.out_candidates(dstate, 256)
+    assert {k: config[k] for k in candidates[0]} in candidates
+
+
 def test_cache_round_trip_and_atomic_file(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "tuning.json"
     config = SSDConfig(out_occupancy=3, out_heads=2)
@@ -87,7 +97,7 @@ def test_kernel_source_hash_is_stable_and_short() -> None:
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:
     x, B = torch.empty(1, 4096, 64, 64), torch.empty(1, 4096, 1, 256)
     config, record = autotune.configure({"x": x, "B": B, "chunk_size": 256}, "off")
-    assert config == default_config(256, ProblemSize(1, 4096, 64, 256)) and config.out_heads == 2
+    assert config == default_config(256, ProblemSize(1, 4096, 64, 256)) and config.out_cb == 1
     assert record == {"tune": "off", "source": "default", "config": config.to_dict()}
 
 
@@ -122,8 +132,8 @@ def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, seqlen,
      (1, 2048, 64, 0), (2, 2048, 32, 0), (1, 65536, 128, 0)],
 )  # fmt: skip
 def test_launches_chained_only_up_to_64k_positions_times_heads(batch, seqlen, nheads, chained):
-    """PDL where launch gaps are a visible share (CHAIN_MAX_POSITIONS), whatever the dstate and
-    chunk length; a problem of unknown size is a large one."""
+    """PDL where launch gaps are a visible share (SHORT_POSITIONS), whatever the dstate and chunk
+    length; a problem of unknown size is a large one."""
     for dstate in (64, 128, 256):
         for chunk_size in (64, 256):
             size = ProblemSize(batch, seqlen, nheads, chunk_size)
@@ -146,10 +156,25 @@ def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches
     assert default_config(128, size).state_block_n == 128
 
 
-def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_with_32_column_k_tiles() -> None:
-    config = default_config(128, ProblemSize(1, 65536, 128, 128))
-    assert (config.out_occupancy, config.out_block_k, config.out_heads) == (3, 32, 2)
-    assert default_config(256).out_occupancy == 2 and default_config(256).out_block_k == 64
+@pytest.mark.parametrize(("seqlen", "occupancy", "block_k"), [(1024, 2, 64), (4096, 3, 32)])
+def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_except_for_short_problems(
+    seqlen, occupancy, block_k
+) -> None:
+    config = default_config(128, ProblemSize(1, seqlen, 32, 128))
+    assert (config.out_occupancy, config.out_block_k, config.out_heads) == (occupancy, block_k, 2)
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "cb", "heads", "occupancy", "block_k"),
+    [(1024, 0, 2, 2, 64), (16384, 1, 1, 3, 32), (None, 1, 1, 3, 32)],
+)
+def test_compute_out_at_dstate_256_three_ctas_of_one_head_where_chunk_cb_runs(
+    seqlen, cb, heads, occupancy, block_k
+) -> None:
+    size = None if seqlen is None else ProblemSize(1, seqlen, 32, 128)
+    config = default_config(256, size)
+    assert (config.out_cb, config.out_heads) == (cb, heads)
+    assert (config.out_occupancy, config.out_block_k) == (occupancy, block_k)
 
 
 def test_output_tiles_count_partial_chunks() -> None:

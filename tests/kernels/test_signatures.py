@@ -1,6 +1,6 @@
 """kernels/cutile/signatures.py: the launches of a forward, built on the CPU from meta tensors, are
-the specialisations a GPU launched (mangled names recorded on the H200 by
-scripts/kernel_symbols.py at bef4ba0)."""
+the specialisations a GPU launched (mangled names and the config of each launch, recorded on the
+H200 by scripts/kernel_symbols.py at 48947b5)."""
 
 from __future__ import annotations
 
@@ -13,20 +13,12 @@ pytest.importorskip("cuda.tile")
 from cuda.tile.compilation import mangle_kernel_name  # noqa: E402
 
 from harness.inputs import meta_inputs  # noqa: E402
+from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.signatures import forward_launches  # noqa: E402
-from scripts.variants import parse_shape, point_config  # noqa: E402
+from scripts.variants import parse_shape  # noqa: E402
 
 SYMBOLS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = SYMBOLS / "symbols-bef4ba0.jsonl"
-# The variants that file was recorded with, over the default configs of bef4ba0; at dstate 256
-# the walk then had 64 state columns whatever the heads (change 19 came later).
-VARIANTS = {
-    "base": {},
-    "h2o3": {"out_occupancy": 3},
-    "h1o3": {"out_heads": 1, "out_occupancy": 3},
-    "pairs": {"out_heads": 2},
-    "rank1": {"out_rank1": 1},
-}
+SYMBOLS = SYMBOLS / "symbols-48947b5.jsonl"
 SHAPES = {
     "b1_L65536_H128_P64_N128": "65536:128:128",
     "b1_L65536_H32_P64_N64": "65536:32:64",
@@ -34,25 +26,29 @@ SHAPES = {
 }
 
 
-def _recorded() -> dict[tuple[str, str], list[str]]:
-    launches: dict[tuple[str, str], list[str]] = {}
+def _recorded() -> dict[tuple[str, str], tuple[dict, list[str]]]:
+    """(shape, variant) → (the config launched, the names launched in order)."""
+    launches: dict[tuple[str, str], tuple[dict, list[str]]] = {}
     for line in SYMBOLS.read_text().splitlines():
         row = json.loads(line)
         shape = next(s for prefix, s in SHAPES.items() if row["point"].startswith(prefix))
-        launches.setdefault((shape, row["variant"]), []).append(row["symbol"])
+        config, names = launches.setdefault((shape, row["variant"]), (row["config"], []))
+        assert row["config"] == config
+        names.append(row["symbol"])
     return launches
 
 
 @pytest.mark.parametrize(("shape", "variant"), sorted(_recorded()))
 def test_meta_tensors_give_the_names_the_gpu_launched(shape: str, variant: str) -> None:
-    problem = parse_shape(shape)
-    overrides = dict(VARIANTS[variant])
-    if problem.dstate == 256:
-        overrides["state_block_n"] = 64
-    kwargs = meta_inputs(problem).kwargs()
-    launches = forward_launches(kwargs, point_config(problem, overrides))
-    names = [mangle_kernel_name(name, signature) for name, _, signature in launches]
-    assert names == _recorded()[(shape, variant)]
+    config, recorded = _recorded()[(shape, variant)]
+    kwargs = meta_inputs(parse_shape(shape)).kwargs()
+    launches = forward_launches(kwargs, SSDConfig.from_dict(config))
+    assert [mangle_kernel_name(name, signature) for name, _, signature in launches] == recorded
+
+
+def test_the_recording_covers_chained_and_plain_launches() -> None:
+    chained = {config["dependent_launch"] for config, _ in _recorded().values()}
+    assert chained == {0, 1}
 
 
 def test_a_wrong_argument_count_is_refused() -> None:
