@@ -153,15 +153,15 @@ def _c_times_b(
     return cb
 
 
-def _x_tile(x, batch, head, k_tile, TK: int, P: int, mma_dtype):
-    """One head's (TK, P) tile of x at sequence tile k_tile."""
+def _x_tile(x, batch, head, k_tile, TK: int, P: int, mma_dtype, LAT: int):
+    """One head's (TK, P) tile of x at sequence tile k_tile, LAT its load's latency hint."""
     return (
         ct.load(
             x,
             index=(batch, k_tile, head, 0),
             shape=(1, TK, 1, P),
             padding_mode=ct.PaddingMode.ZERO,
-            latency=4,
+            latency=LAT,
         )
         .reshape((TK, P))
         .astype(mma_dtype)
@@ -184,18 +184,19 @@ def _intra_chunk(
     TK: int,
     P: int,
     mma_dtype,
+    LAT: int,
 ):
     """acc + (C·Bᵀ ⊙ decay ⊙ dt)·x over one k-tile for one head; exponent −inf off the mask."""
     dA_k = _log2_decay(dA_cumsum, batch, head, chunk, k_block, TK)
     dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
     exponent = ct.where(causal, dA_m[:, None] - dA_k[None, :], -float("inf"))
     weight = (cb * exp2(exponent) * dt_k.reshape((TK,))[None, :]).astype(mma_dtype)
-    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
+    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype, LAT), acc)
 
 
 def _below_diagonal(
     acc, cb, x, dt_out, dA_cumsum, anchor, batch, head, chunk, k_block, k_tile, TK: int, P: int,
-    mma_dtype,
+    mma_dtype, LAT: int,
 ):  # fmt: skip
     """acc + (C·Bᵀ ⊙ exp(anchor − dA[k]) ⊙ dt)·x over one k-tile wholly before the row block.
     exp(dA[m] − dA[k]) = exp(dA[m] − anchor)·exp(anchor − dA[k]) with anchor = dA at the block's
@@ -205,7 +206,7 @@ def _below_diagonal(
     dt_k = ct.load(dt_out, index=(batch, head, chunk, k_block), shape=(1, 1, 1, TK))
     column = exp2(anchor - dA_k) * dt_k.reshape((TK,))
     weight = (cb * column[None, :]).astype(mma_dtype)
-    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype), acc)
+    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype, LAT), acc)
 
 
 def _cb_tile(
@@ -301,6 +302,7 @@ def compute_out_kernel(
     SEGMENTED: ConstBool,
     CB_PRE: ConstBool,
     RANK1: ConstBool,
+    LAT: ConstInt,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -347,12 +349,12 @@ def compute_out_kernel(
         )  # fmt: skip
         acc0 = _below_diagonal(
             acc0, cb, x, dt_out, dA_cumsum, anchor0, batch, head, chunk, k_block, k_tile, TK, P,
-            mma_dtype,
+            mma_dtype, LAT,
         )  # fmt: skip
         if HB == 2:
             acc1 = _below_diagonal(
                 acc1, cb, x, dt_out, dA_cumsum, anchor1, batch, head + 1, chunk, k_block, k_tile,
-                TK, P, mma_dtype,
+                TK, P, mma_dtype, LAT,
             )  # fmt: skip
     if RANK1:
         acc0 = acc0 * exp2(dA_m0 - anchor0)[:, None]
@@ -368,12 +370,12 @@ def compute_out_kernel(
         causal = rows[:, None] >= (k_block * TK + ct.arange(TK, dtype=ct.int32))[None, :]
         acc0 = _intra_chunk(
             acc0, cb, x, dt_out, dA_cumsum, dA_m0, causal, batch, head, chunk, k_block, k_tile,
-            TK, P, mma_dtype,
+            TK, P, mma_dtype, LAT,
         )  # fmt: skip
         if HB == 2:
             acc1 = _intra_chunk(
                 acc1, cb, x, dt_out, dA_cumsum, dA_m1, causal, batch, head + 1, chunk, k_block,
-                k_tile, TK, P, mma_dtype,
+                k_tile, TK, P, mma_dtype, LAT,
             )  # fmt: skip
 
     _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
@@ -456,6 +458,6 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
         pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
-        bool(config.out_rank1),
+        bool(config.out_rank1), config.out_latency,
     )  # fmt: skip
     return grid, kernel, args

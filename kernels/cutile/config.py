@@ -36,6 +36,10 @@ class SSDConfig:
     # compute_out: k-tiles wholly before the row block take their decay as a row times a column
     # factor (1: TK exponentials per tile) or one exponential per element (0).
     out_rank1: int = 0
+    # Latency hints (1-10: how much DRAM traffic a load expects; higher asks for deeper
+    # prefetching) of the loads inside the loops: x and B in the state walk, x in compute_out.
+    state_latency: int = 4
+    out_latency: int = 4
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
@@ -65,6 +69,9 @@ class SSDConfig:
                 raise ValueError(
                     f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
                 )
+        for name in ("state_latency", "out_latency"):
+            if not 1 <= getattr(self, name) <= 10:
+                raise ValueError(f"SSDConfig.{name} must be 1 to 10, got {getattr(self, name)}")
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         if self.state_weight_x not in (0, 1):

@@ -46,7 +46,7 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
 
 def _weighted_x_b(
     acc, x, b, dt_out, dA_cumsum, dA_last, batch, head, chunk, step, steps,
-    P: int, TQ: int, WEIGHT_X: bool, mma_dtype,
+    P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
 ):  # fmt: skip
     """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
     operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
@@ -61,7 +61,7 @@ def _weighted_x_b(
         shape=(1, P, 1, TQ),
         order=(0, 3, 2, 1),
         padding_mode=ct.PaddingMode.ZERO,
-        latency=4,
+        latency=LAT,
     ).reshape((P, TQ))
     if WEIGHT_X:
         xw = (xt.astype(ct.float32) * weight[None, :]).astype(mma_dtype)
@@ -119,6 +119,7 @@ def fwd_pass_state_kernel(
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
     CHAINED: ConstBool,
+    LAT: ConstInt,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -172,16 +173,16 @@ def fwd_pass_state_kernel(
                 index=(batch, chunk * steps + step, group, nblock),
                 shape=(1, TQ, 1, NB),
                 padding_mode=ct.PaddingMode.ZERO,
-                latency=4,
+                latency=LAT,
             ).reshape((TQ, NB))
             acc0 = _weighted_x_b(
                 acc0, x, b, dt_out, dA_cumsum, dA_last0, batch, head, chunk, step, steps,
-                P, TQ, WEIGHT_X, mma_dtype,
+                P, TQ, WEIGHT_X, mma_dtype, LAT,
             )  # fmt: skip
             if HS == 2:
                 acc1 = _weighted_x_b(
                     acc1, x, b, dt_out, dA_cumsum, dA_last1, batch, head + 1, chunk, step, steps,
-                    P, TQ, WEIGHT_X, mma_dtype,
+                    P, TQ, WEIGHT_X, mma_dtype, LAT,
                 )  # fmt: skip
         state0 = acc0
         state1 = acc1
@@ -268,7 +269,7 @@ def fwd_pass_state_launch(
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
-        bool(config.dependent_launch),
+        bool(config.dependent_launch), config.state_latency,
     )  # fmt: skip
     return grid, kernel, args
 
