@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import records
+from harness import environment, records
 from harness.config import BenchConfig, ConfigError
 
 # Overrides the launcher sets for each shard; the user's values for these are dropped.
@@ -110,6 +110,7 @@ def launch(
     run_id = cfg.run_id or new_run_id(results_dir, cfg.sweep.name, datetime.now(timezone.utc))
     executor = submitit.LocalExecutor(folder=log_dir / "submitit")
     executor.update_parameters(timeout_min=TIMEOUT_MIN, stderr_to_stdout=True)
+    started = environment.now_utc()
     jobs = []
     for index, device in enumerate(devices):
         args = shard_overrides(overrides, run_id, results_dir, index, cfg.gpus, log_dir)
@@ -130,8 +131,10 @@ def launch(
             last = _last_message(job.paths.stdout)
             failure = _failure(job)
             if failure:
+                done = _recorded_done(results_dir, run_id, index, started)
                 outcome.failed.append(
-                    f"shard {index} (GPU {devices[index]}) failed ({failure}): {last}"
+                    f"shard {index} (GPU {devices[index]}) failed ({failure}"
+                    f"{', after recording all its points' if done else ''}): {last}"
                 )
                 print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
             else:
@@ -145,6 +148,18 @@ def launch(
     for run_dir in outcome.run_dirs:
         records.consolidate(run_dir)
     return outcome
+
+
+def _recorded_done(results_dir: Path, run_id: str, index: int, since: str) -> bool:
+    """Whether shard `index`, started at or after `since`, wrote its worker record as done: then
+    every point it owned is in the run, and what killed it came after its work."""
+    return any(
+        worker.get("shard", {}).get("index") == index
+        and worker.get("state") == "done"
+        and str(worker.get("started", "")) >= since
+        for run_dir in results_dir.glob(f"*/{run_id}")
+        for worker in records.read_workers(run_dir)
+    )
 
 
 def _failure(job) -> str:

@@ -130,7 +130,7 @@ CB_MIN_TILES = 1024
 
 # Short problems: up to this many positions × heads. There the launch gaps PDL removes are a
 # visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128); from 4K/32
-# on its wait and release cost more than they save (+5 % at 4K/32/128, +4 to +10 % at
+# on its wait and release cost more than they save (+5 % at 4K/32/128, +10 to +13 % at
 # 4K-16K/32/256 with 64-column walkers, +3 % at 64K/64/256; docs/performance.md, change 20).
 SHORT_POSITIONS = 65536
 

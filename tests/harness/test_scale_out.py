@@ -146,7 +146,11 @@ if args["shard.index"] == "1":
     print("ssdbench: stopped: the fake shard 1 fails", file=sys.stderr)
     sys.exit(3)
 if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
-    import signal
+    import datetime, signal
+    os.makedirs(os.path.join(run, "workers"), exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with open(os.path.join(run, "workers", "fake_2.json"), "w") as f:
+        json.dump({"shard": {"index": 2, "count": 3}, "started": now, "state": "done"}, f)
     print("ssdbench: results in somewhere", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGSEGV)
 """
@@ -176,7 +180,8 @@ def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypat
 
 def test_a_shard_that_crashes_after_its_last_word_is_told_apart(tmp_path: Path, monkeypatch):
     """A shard killed after printing its results line (a crash at interpreter exit, say) is
-    reported with the signal, so its normal-looking last line does not hide what happened."""
+    reported with the signal, so its normal-looking last line does not hide what happened, and
+    with the news that its worker record says done: its points are all in the run."""
     script = tmp_path / "fake_run_bench.py"
     script.write_text(FAKE_RUN_BENCH)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
@@ -185,7 +190,11 @@ def test_a_shard_that_crashes_after_its_last_word_is_told_apart(tmp_path: Path, 
     cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
     outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
     crashed = [f for f in outcome.failed if f.startswith("shard 2")]
-    assert crashed == ["shard 2 (GPU 2) failed (killed by SIGSEGV): ssdbench: results in somewhere"]
+    assert crashed == [
+        "shard 2 (GPU 2) failed (killed by SIGSEGV, after recording all its points): "
+        "ssdbench: results in somewhere"
+    ]
+    assert outcome.failed[0].startswith("shard 1 (GPU 1) failed (exit status 3): ")
 
 
 def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatch, capsys) -> None:

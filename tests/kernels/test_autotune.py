@@ -82,6 +82,8 @@ def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: 
         {"out_block_m": 48},
         {"state_occupancy": 33},
         {"dependent_launch": 2},
+        {"state_latency": 0},
+        {"out_latency": 11},
     ],
 )
 def test_unusable_configs_are_rejected(bad: dict) -> None:

@@ -58,6 +58,10 @@ CASES = {
         replace(SMALL, dstate=256),
         {"out_rank1": 1, "out_heads": 2, "state_segments": 2},
     ),  # fmt: skip
+    "plain-launches-latency-hints": (
+        SMALL,
+        {"dependent_launch": 0, "state_latency": 2, "out_latency": 8},
+    ),
 }
 
 

@@ -117,8 +117,10 @@ def test_matches_reference(name: str) -> None:
 # one unsplit walk with whole-chunk steps, either operand carrying the walk's decay weights with
 # two heads sharing B, C·Bᵀ from chunk_cb with square and with tall compute_out tiles, and
 # stored in the input dtype, and the decay of k-tiles below the diagonal as a row times a column
-# factor, and plain launches instead of programmatic dependents. Whole 256-row chunks, so
-# compute_out has row blocks past the first (TM 64 and 128).
+# factor, and plain launches instead of programmatic dependents, and three compute_out CTAs per
+# SM with 32-column k-tiles (pairs of heads, and one head reading chunk_cb) under latency hints
+# other than the default. Whole 256-row chunks, so compute_out has row blocks past the first
+# (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -133,6 +135,12 @@ CONFIGS = {
         out_rank1=1, out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64
     ),
     "plain-launches": SSDConfig(dependent_launch=0, state_segments=3, out_cb=1),
+    "three-ctas-k32-latency": SSDConfig(
+        out_heads=2, out_occupancy=3, out_block_k=32, out_rank1=1, state_latency=2, out_latency=8
+    ),
+    "one-head-cb-three-ctas": SSDConfig(
+        out_cb=1, out_rank1=1, out_occupancy=3, out_block_k=32, state_latency=8, out_latency=2
+    ),
 }
 
 

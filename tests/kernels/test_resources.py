@@ -1,6 +1,6 @@
 """kernels/cutile/resources.py: resources read from real cubins, compiled on the CPU.
 
-The kernels compiled are the specialisations that run on the H200: a kernel name from a profile,
+The kernels compiled are the specialisations that run on the H200: a kernel name it launched,
 and the exact launches of a forward built from meta tensors (kernels/cutile/signatures.py, checked
 against names the H200 launched in test_signatures.py). The relations checked are the ones the
 H200 measured: the compute_out configurations that lost 16-33 % (docs/performance.md, changes
@@ -9,7 +9,7 @@ H200 measured: the compute_out configurations that lost 16-33 % (docs/performanc
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ import pytest
 from kernels.cutile.resources import read_cubin
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-NCU_OUTPUT = RUNS / "ncu-f56c702-compute-out-64K-128-128.txt"
+SYMBOLS = RUNS / "symbols-e0164c3.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
@@ -51,16 +51,19 @@ def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
 
 
 @pytest.mark.slow
-def test_a_profiled_kernel_name_compiles_to_what_the_profiler_saw() -> None:
-    """compute_out as it ran at 64K/128/128, chunk 256 (its mangled name, from the committed
-    Nsight Compute output), compiled here with its config's hint of two CTAs per SM: ncu reported
-    128 registers per thread, no spills, and shared memory for two CTAs per SM (115.30 KB static
-    plus 1.02 KB for the driver at f56c702). The kernel's code has changed since (exp2 decays), so
-    its shared memory is checked against the two-CTA limit of an sm_90 SM (228 KiB), not equated."""
-    symbol = re.search(r"compute_out_kernel_\w*_I256_\w*", NCU_OUTPUT.read_text()).group(0)
-    res = _compiled(symbol, 2)
-    assert (res.registers, res.local_bytes) == (128, 0)
-    assert 2 * (res.shared_bytes + 1024) <= 228 * 1024
+def test_a_kernel_name_the_gpu_launched_compiles_as_its_launch_does() -> None:
+    """compute_out at 64K/128/128 as the H200 launched it at e0164c3 (its mangled name, as a
+    profiler shows it, read back by `from_symbol`) compiles to what the CPU builds for that launch:
+    three CTAs per SM fit (at most 80 registers a thread, no spills)."""
+    rows = [json.loads(line) for line in SYMBOLS.read_text().splitlines()]
+    (row,) = [
+        r for r in rows
+        if r["point"].startswith("b1_L65536_H128_P64_N128") and r["variant"] == "base"
+        and r["kernel"] == "compute_out_kernel"
+    ]  # fmt: skip
+    from_name = _compiled(row["symbol"], row["occupancy"])
+    assert row["occupancy"] == 3 and from_name.local_bytes == 0 and from_name.registers <= 80
+    assert from_name == _launched("65536:128:128", {})
 
 
 @pytest.mark.slow
