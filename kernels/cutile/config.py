@@ -155,7 +155,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     chained.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
-    fit without spills (change 20):
+    fit without spills (change 21):
     - up to dstate 64: four CTAs per SM of one head;
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %

@@ -70,7 +70,8 @@ def follow_previous(chained: bool) -> None:
     """Called first in each kernel of the chain with its compile-time flag: when `chained`, wait
     for the previous kernel in the stream to finish and its writes to become visible (a no-op
     unless launched as a dependent), then allow the next one to be scheduled; otherwise nothing
-    is compiled in, since the two instructions alone cost a long kernel up to 8 % (change 20)."""
+    is compiled in: the two instructions alone slow long kernels (the walk at 16K/32/256 with 64
+    state columns: 0.166 → 0.214 ms, change 20)."""
     if chained:
         ct.grid_dependency_control_wait()
         ct.grid_dependency_control_launch_dependents()
