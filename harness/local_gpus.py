@@ -86,12 +86,25 @@ def shard_overrides(
     ]
 
 
-def _last_message(log: Path) -> str:
-    """The shard's last `ssdbench:` line (its own one-line verdict), if its log has one."""
+TAIL_LINES = 20  # of a failed shard's own output, printed: its log stays where it ran
+
+
+def _shard_output(log: Path) -> list[str]:
+    """The shard's own lines in its submitit log: after submitit's line with the command, before
+    submitit's own report of how the job ended (a traceback of submitit's, when it failed)."""
     try:
         lines = log.read_text(errors="replace").replace("\r", "\n").splitlines()
     except OSError:
-        return ""
+        return []
+    sent = [i for i, line in enumerate(lines) if line.startswith("The following command is sent")]
+    start = sent[0] + 1 if sent else 0
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("submitit ")), None)
+    return [line for line in lines[start:end] if line.strip()]
+
+
+def _last_message(log: Path) -> str:
+    """The shard's last `ssdbench:` line (its own one-line verdict), if its log has one."""
+    lines = _shard_output(log)
     return next((line for line in reversed(lines) if line.startswith("ssdbench:")), "")
 
 
@@ -137,6 +150,12 @@ def launch(
                     f"{', after recording all its points' if done else ''}): {last}"
                 )
                 print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
+                print(
+                    f"ssdbench: the end of shard {index}'s output ({job.paths.stdout}):",
+                    *(f"  | {line}" for line in _shard_output(job.paths.stdout)[-TAIL_LINES:]),
+                    sep="\n",
+                    file=sys.stderr,
+                )
             else:
                 print(f"ssdbench: shard {index} finished", file=sys.stderr)
     except KeyboardInterrupt:

@@ -178,10 +178,13 @@ def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypat
     assert "ssdbench: stopped: the fake shard 1 fails" in outcome.failed[0]
 
 
-def test_a_shard_that_crashes_after_its_last_word_is_told_apart(tmp_path: Path, monkeypatch):
+def test_a_shard_that_crashes_after_its_last_word_is_told_apart(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     """A shard killed after printing its results line (a crash at interpreter exit, say) is
     reported with the signal, so its normal-looking last line does not hide what happened, and
-    with the news that its worker record says done: its points are all in the run."""
+    with the news that its worker record says done: its points are all in the run. The end of
+    each failed shard's log is printed, since the log stays where the shards ran."""
     script = tmp_path / "fake_run_bench.py"
     script.write_text(FAKE_RUN_BENCH)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
@@ -195,6 +198,11 @@ def test_a_shard_that_crashes_after_its_last_word_is_told_apart(tmp_path: Path, 
         "ssdbench: results in somewhere"
     ]
     assert outcome.failed[0].startswith("shard 1 (GPU 1) failed (exit status 3): ")
+    err = capsys.readouterr().err
+    after_header = err[err.index("the end of shard 1's output") :].splitlines()[1]
+    assert after_header == "  | ssdbench: stopped: the fake shard 1 fails"
+    assert "  | Traceback" not in err  # submitit's own report of the failure is left out
+    assert "the end of shard 2's output" in err and "the end of shard 0's output" not in err
 
 
 def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatch, capsys) -> None:
