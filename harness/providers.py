@@ -122,7 +122,7 @@ register(
 register(
     Provider(
         name="triton",
-        load=_ssd_forward_of("kernels.triton_ssd"),
+        load=triton_ssd.load,
         description="mamba_ssm 2.3.2.post1 Triton kernels (_mamba_chunk_scan_combined_fwd)",
         # On CPU only under Triton's interpreter, which TRITON_INTERPRET selects when triton is
         # imported; read here without importing triton.

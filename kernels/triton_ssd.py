@@ -13,6 +13,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
 import types
 from collections.abc import Callable
@@ -41,6 +42,24 @@ _TRUE_VALUES = frozenset({"1", "true", "on", "yes"})
 def interpreter_requested() -> bool:
     """Whether TRITON_INTERPRET asks for Triton's interpreter, read without importing triton."""
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in _TRUE_VALUES
+
+
+def check_c_compiler(environ: dict[str, str] | None = None) -> None:
+    """Refuse a CC that names no executable. Triton builds a small C launcher for each kernel
+    signature with $CC when it is set (triton.runtime.build); a wrong one fails only then, inside
+    the first launch, as a FileNotFoundError naming it (a shell variable called CC did that)."""
+    cc = (os.environ if environ is None else environ).get("CC")
+    if cc is not None and shutil.which(cc) is None:
+        raise RuntimeError(
+            f"CC={cc!r} is not an executable, and Triton builds its kernel launchers with $CC: "
+            "unset CC or point it at a C compiler (gcc or clang)"
+        )
+
+
+def load() -> Callable[..., Any]:
+    """The provider's forward, once the environment Triton compiles in is checked."""
+    check_c_compiler()
+    return ssd_forward
 
 
 def import_mamba_module(name: str) -> types.ModuleType:

@@ -67,6 +67,7 @@ def main() -> int:
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
     trees = load_trees(parser, args.tree)
+    triton_ssd.check_c_compiler()
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
     timer = CudaTimer()
     if args.out:

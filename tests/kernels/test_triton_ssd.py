@@ -104,6 +104,13 @@ def test_assert_close_rejects_nan() -> None:
         assert_close(actual, expected, 1.0, "out")
 
 
+def test_a_c_compiler_that_is_not_there_is_refused_before_any_launch() -> None:
+    with pytest.raises(RuntimeError, match="CC='/no/such/cc' is not an executable"):
+        triton_ssd.check_c_compiler({"CC": "/no/such/cc"})
+    triton_ssd.check_c_compiler({})  # unset: Triton finds gcc or clang itself
+    triton_ssd.check_c_compiler({"CC": sys.executable})  # any executable passes
+
+
 def test_loader_skips_the_package_init() -> None:
     module = triton_ssd.import_mamba_module("mamba_ssm.ops.triton.ssd_combined")
     assert hasattr(module, "_mamba_chunk_scan_combined_fwd")
