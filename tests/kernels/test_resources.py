@@ -84,3 +84,11 @@ def test_measured_losses_show_as_spills_or_registers() -> None:
 def test_the_state_walk_does_not_spill_as_launched() -> None:
     walk = _launched("65536:128:128", {}, "fwd_pass_state_kernel")
     assert walk.local_bytes == 0 and 0 < walk.registers <= 255
+
+
+def test_a_name_that_is_not_one_of_our_kernels_is_refused() -> None:
+    pytest.importorskip("cuda.tile")
+    from kernels.cutile.signatures import from_symbol
+
+    with pytest.raises(ValueError, match="none of"):
+        from_symbol("matmul_kernel_Kt2")
