@@ -40,10 +40,6 @@ class SSDConfig:
     # prefetching) of the loads inside the loops: x and B in the state walk, x in compute_out.
     state_latency: int = 4
     out_latency: int = 4
-    # fwd_pass_state loads each chunk's decays and computes its weights one chunk ahead (1), off
-    # the serial chain of state updates, or when it reaches the chunk (0). Only where one mma
-    # step covers the chunk (state_block_q ≥ chunk length); elsewhere 1 acts as 0.
-    state_prefetch: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
@@ -84,8 +80,6 @@ class SSDConfig:
             raise ValueError(
                 f"SSDConfig.dependent_launch must be 0 or 1, got {self.dependent_launch}"
             )
-        if self.state_prefetch not in (0, 1):
-            raise ValueError(f"SSDConfig.state_prefetch must be 0 or 1, got {self.state_prefetch}")
         if self.out_rank1 not in (0, 1):
             raise ValueError(f"SSDConfig.out_rank1 must be 0 or 1, got {self.out_rank1}")
         if self.out_cb not in (0, 1, 2):

@@ -44,20 +44,16 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
     return state
 
 
-def _weights(dt_out, dA_cumsum, dA_last, batch, head, chunk, step, TQ: int):
-    """exp(dA_last − dA) ⊙ dt over TQ rows: each position's decay to the chunk end, times dt."""
-    dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
-    dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
-    # dA_last is in log2 units; min(…, 0) keeps each decay ≤ 1.
-    return exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
-
-
 def _weighted_x_b(
-    acc, x, b, weight, batch, head, chunk, step, steps,
+    acc, x, b, dt_out, dA_cumsum, dA_last, batch, head, chunk, step, steps,
     P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
 ):  # fmt: skip
-    """acc + Xᵀ·(B ⊙ weight) over TQ rows of one head; the weights go on the operand WEIGHT_X
-    names (that operand is computed in registers, the other comes from memory)."""
+    """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
+    operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
+    dA = ct.load(dA_cumsum, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
+    dt = ct.load(dt_out, index=(batch, head, chunk, step), shape=(1, 1, 1, TQ)).reshape((TQ,))
+    # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
+    weight = exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
     # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
     xt = ct.load(
         x,
@@ -124,7 +120,6 @@ def fwd_pass_state_kernel(
     SEGMENTED: ConstBool,
     CHAINED: ConstBool,
     LAT: ConstInt,
-    PREFETCH: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -143,41 +138,14 @@ def fwd_pass_state_kernel(
         state1 = _initial_state(initial_states, batch, head + 1, nblock, seg, P, NB, HAS_INIT)
     log_decay0 = ct.zeros((1,), dtype=ct.float32)
     log_decay1 = log_decay0
-    # With PREFETCH (one mma step per chunk), each chunk's dA_last and weights are loaded and
-    # computed one chunk ahead, off the serial chain of state updates.
-    dA_last0 = log_decay0
-    weight0 = ct.zeros((TQ,), dtype=ct.float32)
-    if PREFETCH:
-        dA_last0 = _load_dA_last(dA_cumsum, batch, head, first, Q)
-        weight0 = _weights(dt_out, dA_cumsum, dA_last0, batch, head, first, 0, TQ)
-    dA_last1 = dA_last0
-    weight1 = weight0
-    if PREFETCH:
-        if HS == 2:
-            dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, first, Q)
-            weight1 = _weights(dt_out, dA_cumsum, dA_last1, batch, head + 1, first, 0, TQ)
 
     for chunk in range(first, last):
         _store_state(states, state0, batch, chunk, head, nblock, P, NB)
+        dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
+        dA_last1 = dA_last0
         if HS == 2:
             _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
-        next_last0 = dA_last0
-        next_weight0 = weight0
-        next_last1 = dA_last1
-        next_weight1 = weight1
-        if PREFETCH:
-            following = min(chunk + 1, last - 1)
-            next_last0 = _load_dA_last(dA_cumsum, batch, head, following, Q)
-            next_weight0 = _weights(dt_out, dA_cumsum, next_last0, batch, head, following, 0, TQ)
-            if HS == 2:
-                next_last1 = _load_dA_last(dA_cumsum, batch, head + 1, following, Q)
-                next_weight1 = _weights(
-                    dt_out, dA_cumsum, next_last1, batch, head + 1, following, 0, TQ
-                )
-        else:
-            dA_last0 = _load_dA_last(dA_cumsum, batch, head, chunk, Q)
-            if HS == 2:
-                dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
+            dA_last1 = _load_dA_last(dA_cumsum, batch, head + 1, chunk, Q)
         if SEGMENTED:
             if nblock == 0:
                 ct.store(
@@ -207,26 +175,17 @@ def fwd_pass_state_kernel(
                 padding_mode=ct.PaddingMode.ZERO,
                 latency=LAT,
             ).reshape((TQ, NB))
-            w0 = weight0
-            if not PREFETCH:
-                w0 = _weights(dt_out, dA_cumsum, dA_last0, batch, head, chunk, step, TQ)
             acc0 = _weighted_x_b(
-                acc0, x, b, w0, batch, head, chunk, step, steps, P, TQ, WEIGHT_X, mma_dtype, LAT
-            )
+                acc0, x, b, dt_out, dA_cumsum, dA_last0, batch, head, chunk, step, steps,
+                P, TQ, WEIGHT_X, mma_dtype, LAT,
+            )  # fmt: skip
             if HS == 2:
-                w1 = weight1
-                if not PREFETCH:
-                    w1 = _weights(dt_out, dA_cumsum, dA_last1, batch, head + 1, chunk, step, TQ)
                 acc1 = _weighted_x_b(
-                    acc1, x, b, w1, batch, head + 1, chunk, step, steps,
+                    acc1, x, b, dt_out, dA_cumsum, dA_last1, batch, head + 1, chunk, step, steps,
                     P, TQ, WEIGHT_X, mma_dtype, LAT,
                 )  # fmt: skip
         state0 = acc0
         state1 = acc1
-        dA_last0 = next_last0
-        weight0 = next_weight0
-        dA_last1 = next_last1
-        weight1 = next_weight1
 
     _finish_segment(
         seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED
@@ -311,7 +270,6 @@ def fwd_pass_state_launch(
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency,
-        bool(config.state_prefetch) and tq == chunk_size,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -62,10 +62,6 @@ CASES = {
         SMALL,
         {"dependent_launch": 0, "state_latency": 2, "out_latency": 8},
     ),
-    "prefetch-two-heads-segments": (
-        SMALL,
-        {"state_prefetch": 1, "state_block_q": 256, "state_heads": 2, "state_segments": 3},
-    ),
 }
 
 

@@ -119,8 +119,7 @@ def test_matches_reference(name: str) -> None:
 # stored in the input dtype, and the decay of k-tiles below the diagonal as a row times a column
 # factor, and plain launches instead of programmatic dependents, and three compute_out CTAs per
 # SM with 32-column k-tiles (pairs of heads, and one head reading chunk_cb) under latency hints
-# other than the default, and the walk's decays loaded a chunk ahead with either operand
-# weighted. Whole 256-row chunks, so compute_out has row blocks past the first
+# other than the default. Whole 256-row chunks, so compute_out has row blocks past the first
 # (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
@@ -141,12 +140,6 @@ CONFIGS = {
     ),
     "one-head-cb-three-ctas": SSDConfig(
         out_cb=1, out_rank1=1, out_occupancy=3, out_block_k=32, state_latency=8, out_latency=2
-    ),
-    "prefetch-two-heads-segments": SSDConfig(
-        state_prefetch=1, state_block_q=256, state_weight_x=1, state_heads=2, state_segments=3
-    ),
-    "prefetch-weights-on-b": SSDConfig(
-        state_prefetch=1, state_block_q=256, state_weight_x=0, state_segments=1
     ),
 }
 
