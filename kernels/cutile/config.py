@@ -140,6 +140,11 @@ SHORT_POSITIONS = 65536
 # −6 %, change 20), a difference of the code the compiler makes.
 FEW_WALKERS = 128
 
+# At dstate 128, sequences up to this long walk each state slice in one segment of 64-column
+# walkers: segment_scan's launch costs more than a walk of at most 8 chunks of 128 (H200: −4.4 %
+# at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128; docs/performance.md, change 23).
+SHORT_WALK = 1024
+
 
 def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     """The untuned launch configuration for a state size and a problem's size (None: a large
@@ -149,22 +154,24 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
-    chunks per mma step up to dstate 64, 128 state columns per CTA at 128; from 256 on one segment
-    (the walkers already fill the GPU, and the segment correction would cost compute_out ~14 %),
-    with 32 state columns per CTA where 64 would leave SMs without a walker and launches are
-    chained.
+    chunks per mma step up to dstate 64; at 128, 128 state columns per CTA, or one segment of
+    64-column walkers up to SHORT_WALK, with its loads at latency 2 (−1.5 % in all at
+    64K/128/128, change 23); from 256 on one segment (the walkers already fill the GPU, and the
+    segment correction would cost compute_out ~14 %), with 32 state columns per CTA where 64
+    would leave SMs without a walker and launches are chained.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
-    - up to dstate 64: four CTAs per SM of one head;
+    - up to dstate 64: four CTAs per SM of one head, the x loads of its loop at latency 8 (−1.7
+      to −2.9 % in all, change 23);
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
       −2.5 %);
     - at 256, chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output
       tiles, and compute_out runs three CTAs per SM of one head with 32-column k-tiles (−5 %
-      against two CTAs for pairs); with fewer tiles C·Bᵀ is computed inside, for pairs, two CTAs
-      per SM.
+      against two CTAs for pairs), its x loads at latency 2 (−1 to −2 %); with fewer tiles C·Bᵀ
+      is computed inside, for pairs, two CTAs per SM.
     The row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
     computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
     """
@@ -172,16 +179,20 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
     three_ctas = {"out_occupancy": 3, "out_block_k": 32}
     if dstate <= 64:
-        return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1)
+        return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8)
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else three_ctas
-        return replace(walk, state_block_n=128, out_heads=2, out_rank1=1, **out)
+        if size is not None and size.seqlen <= SHORT_WALK:
+            walk = replace(walk, state_segments=1, state_block_n=64)
+        else:
+            walk = replace(walk, state_block_n=128)
+        return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
     few_walkers = size is not None and size.batch * size.nheads * (256 // 64) <= FEW_WALKERS
     walk = replace(
         walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
     )
     if size is None or size.output_tiles >= CB_MIN_TILES:
-        return replace(walk, out_cb=1, out_rank1=1, out_heads=1, **three_ctas)
+        return replace(walk, out_cb=1, out_rank1=1, out_heads=1, out_latency=2, **three_ctas)
     return replace(walk, out_occupancy=2, out_heads=2)
 
 

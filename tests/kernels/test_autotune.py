@@ -151,11 +151,37 @@ def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches
     seqlen, nheads, block_n
 ) -> None:
     """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, and with
-    chained launches, 32-column walkers double their number. Other dstates keep theirs."""
+    chained launches, 32-column walkers double their number."""
     size = ProblemSize(1, seqlen, nheads, 256)
     assert default_config(256, size).state_block_n == block_n
     assert default_config(256).state_block_n == 64
-    assert default_config(128, size).state_block_n == 128
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "segments", "block_n"),
+    [(1024, 1, 64), (2048, 0, 128), (65536, 0, 128), (None, 0, 128)],
+)
+def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(
+    seqlen, segments, block_n
+) -> None:
+    """Up to SHORT_WALK positions, whatever the heads; longer walks are split into segments."""
+    for nheads in (32, 128):
+        size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
+        config = default_config(128, size)
+        assert (config.state_segments, config.state_block_n) == (segments, block_n)
+
+
+@pytest.mark.parametrize(
+    ("dstate", "seqlen", "state_latency", "out_latency"),
+    [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 4, 4),
+     (256, None, 4, 2)],
+)  # fmt: skip
+def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) -> None:
+    """compute_out's x loads at 8 up to dstate 64 and at 2 where chunk_cb runs at 256; the walk's
+    loads at 2 at dstate 128; 4 (the knobs' default) elsewhere."""
+    size = None if seqlen is None else ProblemSize(1, seqlen, 32, 256)
+    config = default_config(dstate, size)
+    assert (config.state_latency, config.out_latency) == (state_latency, out_latency)
 
 
 @pytest.mark.parametrize(("seqlen", "occupancy", "block_k"), [(1024, 2, 64), (4096, 3, 32)])
