@@ -95,7 +95,8 @@ def _sweep(bench: BenchConfig) -> Path:
 
 def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
     """The sweep as one shard per GPU of this node, in parallel (harness/local_gpus.py): the run
-    directories written and a failure line ("" when every shard finished)."""
+    directories written and a failure line ("" when no shard failed; one that died only after
+    recording all its points is a warning)."""
     from hydra.core.hydra_config import HydraConfig
 
     from harness import local_gpus
@@ -109,6 +110,12 @@ def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
         print(
             "ssdbench: warning: this node's GPUs are of different models; each model's shards "
             f"wrote a run of their own, every one with holes: {outcome.run_dirs}",
+            file=sys.stderr,
+        )
+    if outcome.died_after_done and not outcome.failed:
+        print(
+            f"ssdbench: warning: {len(outcome.died_after_done)} of {bench.gpus} shards died after "
+            "recording all their points (above); the run is complete",
             file=sys.stderr,
         )
     failure = ""

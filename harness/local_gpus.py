@@ -10,6 +10,12 @@ The run_id is fixed here, before any shard starts, so that all of them write int
 directory (a new `<sweep>-<UTC date-time>` one when none is given). Each shard skips the points
 already there, so rerunning the same command with that run_id fills the holes a failed shard left.
 Once every shard has ended the run is consolidated a last time.
+
+A shard that dies after its worker record says `done` (every point it owned measured, checked and
+written) is a warning, not a failure: its part of the run is complete, and a rerun would measure
+nothing. The H200 shards of default-h200-v7 and v8 did this, with glibc's "double free or
+corruption" at interpreter exit, after their last line. The signal and the shard's last lines are
+still printed.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ POLL_S = 2.0  # how often the finished shards are looked for
 @dataclass
 class Outcome:
     """What the shards left: the run directories they wrote (one, unless the GPUs are of different
-    models: runs are kept per GPU model) and a line for each shard that failed."""
+    models: runs are kept per GPU model), a line for each shard that failed, and one for each
+    shard that died only after recording all its points."""
 
     run_id: str
     run_dirs: list[Path] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    died_after_done: list[str] = field(default_factory=list)
 
 
 def visible_devices(count: int, environ: Mapping[str, str]) -> list[str]:
@@ -144,12 +152,15 @@ def launch(
             last = _last_message(job.paths.stdout)
             failure = _failure(job)
             if failure:
-                done = _recorded_done(results_dir, run_id, index, started)
-                outcome.failed.append(
-                    f"shard {index} (GPU {devices[index]}) failed ({failure}"
-                    f"{', after recording all its points' if done else ''}): {last}"
-                )
-                print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
+                where = f"shard {index} (GPU {devices[index]})"
+                if _recorded_done(results_dir, run_id, index, started):
+                    outcome.died_after_done.append(
+                        f"{where} died ({failure}) after recording all its points: {last}"
+                    )
+                    print(f"ssdbench: warning: {outcome.died_after_done[-1]}", file=sys.stderr)
+                else:
+                    outcome.failed.append(f"{where} failed ({failure}): {last}")
+                    print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
                 print(
                     f"ssdbench: the end of shard {index}'s output ({job.paths.stdout}):",
                     *(f"  | {line}" for line in _shard_output(job.paths.stdout)[-TAIL_LINES:]),
