@@ -142,7 +142,8 @@ FEW_WALKERS = 128
 
 # At dstate 128, sequences up to this long walk each state slice in one segment of 64-column
 # walkers: segment_scan's launch costs more than a walk of at most 8 chunks of 128 (H200: −4.4 %
-# at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128; docs/performance.md, change 23).
+# at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128). They take 128 rows per mma step (−4.8 %
+# at 1K/32/128, −5.6 % at 1K/64, −1.8 % at 1K/128; docs/performance.md, changes 24 and 25).
 SHORT_WALK = 1024
 
 
@@ -155,15 +156,15 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64; at 128, 128 state columns per CTA, or one segment of
-    64-column walkers up to SHORT_WALK, with its loads at latency 2 (−1.5 % in all at
-    64K/128/128, change 23); from 256 on one segment (the walkers already fill the GPU, and the
-    segment correction would cost compute_out ~14 %), with 32 state columns per CTA where 64
-    would leave SMs without a walker and launches are chained.
+    64-column walkers taking 128 rows per step up to SHORT_WALK, with its loads at latency 2
+    (−1.5 % in all at 64K/128/128, change 24); from 256 on one segment (the walkers already fill
+    the GPU, and the segment correction would cost compute_out ~14 %), with 32 state columns per
+    CTA where 64 would leave SMs without a walker and launches are chained.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
     - up to dstate 64: four CTAs per SM of one head, the x loads of its loop at latency 8 (−1.7
-      to −2.9 % in all, change 23);
+      to −2.9 % in all, change 24);
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
@@ -183,7 +184,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else three_ctas
         if size is not None and size.seqlen <= SHORT_WALK:
-            walk = replace(walk, state_segments=1, state_block_n=64)
+            walk = replace(walk, state_segments=1, state_block_n=64, state_block_q=128)
         else:
             walk = replace(walk, state_block_n=128)
         return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)

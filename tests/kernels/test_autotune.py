@@ -158,17 +158,16 @@ def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "segments", "block_n"),
-    [(1024, 1, 64), (2048, 0, 128), (65536, 0, 128), (None, 0, 128)],
+    ("seqlen", "walk"),
+    [(1024, (1, 64, 128)), (2048, (0, 128, 64)), (65536, (0, 128, 64)), (None, (0, 128, 64))],
 )
-def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(
-    seqlen, segments, block_n
-) -> None:
-    """Up to SHORT_WALK positions, whatever the heads; longer walks are split into segments."""
+def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(seqlen, walk) -> None:
+    """Up to SHORT_WALK positions, whatever the heads, with 128-row steps; longer walks are
+    split into segments. walk: (segments, state columns, rows per step)."""
     for nheads in (32, 128):
         size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
         config = default_config(128, size)
-        assert (config.state_segments, config.state_block_n) == (segments, block_n)
+        assert (config.state_segments, config.state_block_n, config.state_block_q) == walk
 
 
 @pytest.mark.parametrize(
