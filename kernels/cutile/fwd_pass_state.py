@@ -62,7 +62,7 @@ def _chunk_decays(
 ):  # fmt: skip
     """(dA, dt, dA_last in log2 units) of a chunk. When one mma step covers it (WHOLE), dA and
     dt are loaded once, hinted, and dA_last is taken from the dA tile: no load of its own ahead
-    of the state's decay (−24 % walk time at 64K/32/256, change 26). Otherwise each step loads its
+    of the state's decay (−24 % walk time at 64K/32/256, change 27). Otherwise each step loads its
     own dA and dt, unhinted (hinting them lost 6 % at dstate 128 with two steps), and the
     returned tiles are zero placeholders of the same type."""
     if WHOLE:
