@@ -54,6 +54,10 @@ CASES = {
         {"out_rank1": 1, "out_cb": 1, "out_block_m": 128, "out_slice_n": 64},
     ),  # fmt: skip
     "weights-on-b-two-heads": (SMALL, {"state_weight_x": 0, "state_heads": 2}),
+    "whole-chunk-steps-two-heads": (
+        SMALL,
+        {"state_heads": 2, "state_block_q": 256, "state_segments": 3},
+    ),  # fmt: skip
     "N256-rank1-two-heads-segments": (
         replace(SMALL, dstate=256),
         {"out_rank1": 1, "out_heads": 2, "state_segments": 2},
