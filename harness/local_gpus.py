@@ -13,9 +13,9 @@ Once every shard has ended the run is consolidated a last time.
 
 A shard that dies after its worker record says `done` (every point it owned measured, checked and
 written) is a warning, not a failure: its part of the run is complete, and a rerun would measure
-nothing. The H200 shards of default-h200-v7 and v8 did this, with glibc's "double free or
-corruption" at interpreter exit, after their last line. The signal and the shard's last lines are
-still printed.
+nothing. H200 shards of default-h200-v7 to v9 did this at interpreter exit, after their last
+line (glibc's "double free or corruption" in v7 and v8, SIGSEGV in v9). The signal and the
+shard's last lines are still printed.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ once per shape and variant on a GPU, records what each `ct.launch` was given
 hint, and writes one JSON line per launch. `scripts/kernel_resources.py --symbols FILE` then
 compiles exactly those on any machine and reads their registers, spills and shared memory.
 `kernel_resources.py --shapes` now builds the same launches on the CPU from meta tensors
-(kernels/cutile/signatures.py, `forward_launches`); this script is how that was checked: the
-names it recorded at bef4ba0 are what the CPU builds (tests/kernels/test_signatures.py).
+(kernels/cutile/signatures.py, `forward_launches`); this script is how that is checked:
+tests/kernels/test_signatures.py compares the CPU's names with the newest file it recorded, so a
+new kernel constant means recording again on a GPU.
 
     python scripts/kernel_symbols.py --shapes 65536:128:128,2048:32:256 \
         --variant base={} --variant rank1='{"out_rank1": 1}' --out symbols.jsonl
