@@ -44,40 +44,32 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
     return state
 
 
-def _load_decays(dA_cumsum, dt_out, batch, head, chunk, step, TQ: int, LAT: int, HINTED: bool):
-    """dA and dt of one mma step's TQ rows; HINTED loads them with the loop's latency hint, so
-    the compiler fetches them ahead with x and B."""
-    index = (batch, head, chunk, step)
-    if HINTED:
-        dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, TQ), latency=LAT)
-        dt = ct.load(dt_out, index=index, shape=(1, 1, 1, TQ), latency=LAT)
-    else:
-        dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, TQ))
-        dt = ct.load(dt_out, index=index, shape=(1, 1, 1, TQ))
-    return dA.reshape((TQ,)), dt.reshape((TQ,))
+def _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q: int, LAT: int):
+    """(dA, dt, dA_last in log2 units) of a whole chunk, loaded once with the loop's latency hint
+    so the compiler fetches them ahead with x and B; dA_last is taken from the dA tile, not by a
+    load of its own ahead of the state's decay (walk −24 % at 64K/32/256, −4 to −21 % at dstate
+    128 with two mma steps a chunk; docs/performance.md, changes 27 and 28)."""
+    index = (batch, head, chunk, 0)
+    dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
+    dt = ct.load(dt_out, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
+    return dA, dt, ct.extract(dA, index=(Q - 1,), shape=(1,)) * LOG2E
 
 
-def _chunk_decays(
-    dA_cumsum, dt_out, batch, head, chunk, Q: int, TQ: int, LAT: int, WHOLE: bool
-):  # fmt: skip
-    """(dA, dt, dA_last in log2 units) of a chunk. When one mma step covers it (WHOLE), dA and
-    dt are loaded once, hinted, and dA_last is taken from the dA tile: no load of its own ahead
-    of the state's decay (−24 % walk time at 64K/32/256, change 27). Otherwise each step loads its
-    own dA and dt, unhinted (hinting them lost 6 % at dstate 128 with two steps), and the
-    returned tiles are zero placeholders of the same type."""
-    if WHOLE:
-        dA, dt = _load_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, True)
-        return dA, dt, ct.extract(dA, index=(Q - 1,), shape=(1,)) * LOG2E
-    placeholder = ct.zeros((TQ,), dtype=ct.float32)
-    return placeholder, placeholder, _load_dA_last(dA_cumsum, batch, head, chunk, Q)
+def _step_rows(chunk_tile, step, Q: int, TQ: int):
+    """The TQ rows of one mma step out of a whole chunk's (Q,) tile."""
+    if TQ == Q:
+        return chunk_tile
+    return ct.extract(chunk_tile, index=(step,), shape=(TQ,))
 
 
 def _weighted_x_b(
-    acc, x, b, dA, dt, dA_last, batch, head, chunk, step, steps,
-    P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
+    acc, x, b, chunk_dA, chunk_dt, dA_last, batch, head, chunk, step, steps,
+    Q: int, P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
 ):  # fmt: skip
     """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
     operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
+    dA = _step_rows(chunk_dA, step, Q, TQ)
+    dt = _step_rows(chunk_dt, step, Q, TQ)
     # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
     weight = exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
     # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
@@ -94,12 +86,6 @@ def _weighted_x_b(
         return ct.mma(xw, b.astype(mma_dtype), acc)
     bw = (b.astype(ct.float32) * weight[:, None]).astype(mma_dtype)
     return ct.mma(xt.astype(mma_dtype), bw, acc)
-
-
-def _load_dA_last(dA_cumsum, batch, head, chunk, Q: int):
-    """dA at the chunk's last position in log2 units (kernels/cutile/decay.py), shape (1,)."""
-    dA = ct.load(dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1))
-    return dA.reshape((1,)) * LOG2E
 
 
 def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
@@ -146,7 +132,6 @@ def fwd_pass_state_kernel(
     SEGMENTED: ConstBool,
     CHAINED: ConstBool,
     LAT: ConstInt,
-    WHOLE: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -168,13 +153,11 @@ def fwd_pass_state_kernel(
 
     for chunk in range(first, last):
         _store_state(states, state0, batch, chunk, head, nblock, P, NB)
-        dA0, dt0, dA_last0 = _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, TQ, LAT, WHOLE)
+        dA0, dt0, dA_last0 = _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, LAT)
         dA1, dt1, dA_last1 = dA0, dt0, dA_last0
         if HS == 2:
             _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
-            dA1, dt1, dA_last1 = _chunk_decays(
-                dA_cumsum, dt_out, batch, head + 1, chunk, Q, TQ, LAT, WHOLE
-            )
+            dA1, dt1, dA_last1 = _chunk_decays(dA_cumsum, dt_out, batch, head + 1, chunk, Q, LAT)
         if SEGMENTED:
             if nblock == 0:
                 ct.store(
@@ -204,20 +187,14 @@ def fwd_pass_state_kernel(
                 padding_mode=ct.PaddingMode.ZERO,
                 latency=LAT,
             ).reshape((TQ, NB))
-            if not WHOLE:
-                dA0, dt0 = _load_decays(dA_cumsum, dt_out, batch, head, chunk, step, TQ, LAT, False)
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,
-                P, TQ, WEIGHT_X, mma_dtype, LAT,
+                Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
             )  # fmt: skip
             if HS == 2:
-                if not WHOLE:
-                    dA1, dt1 = _load_decays(
-                        dA_cumsum, dt_out, batch, head + 1, chunk, step, TQ, LAT, False
-                    )
                 acc1 = _weighted_x_b(
                     acc1, x, b, dA1, dt1, dA_last1, batch, head + 1, chunk, step, steps,
-                    P, TQ, WEIGHT_X, mma_dtype, LAT,
+                    Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
                 )  # fmt: skip
         state0 = acc0
         state1 = acc1
@@ -304,7 +281,7 @@ def fwd_pass_state_launch(
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
-        bool(config.dependent_launch), config.state_latency, tq == chunk_size,
+        bool(config.dependent_launch), config.state_latency,
     )  # fmt: skip
     return grid, kernel, args
 
