@@ -60,8 +60,9 @@ def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
 
 def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
     """compute_out knobs: rows per CTA, causal k-tile, dstate slice per mma, occupancy, heads per
-    CTA, C·Bᵀ computed inside or read from chunk_cb. The row-times-column decay follows from the
-    others: off only for two heads computing C·Bᵀ inside at dstate > 128, where it spilled
+    CTA, C·Bᵀ computed inside or read from chunk_cb, and with chunk_cb whether the k-tiles'
+    decays are hinted (they paid only there, change 29). The row-times-column decay follows from
+    the others: off only for two heads computing C·Bᵀ inside at dstate > 128, where it spilled
     (default_config)."""
     rows = sorted({min(tm, chunk_size) for tm in (64, 128)})
     slices = sorted({min(ns, pow2_tile(dstate)) for ns in (64, 128)})
@@ -74,11 +75,12 @@ def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
             "out_heads": hb,
             "out_cb": cb,
             "out_rank1": int(dstate <= 128 or hb == 1 or cb > 0),
+            "out_hint_decays": hint,
         }
-        for tm, tk, ns, occ, hb, cb in itertools.product(
-            rows, (32, 64), slices, (2, 3, 4), (1, 2), (0, 1)
+        for tm, tk, ns, occ, hb, cb, hint in itertools.product(
+            rows, (32, 64), slices, (2, 3, 4), (1, 2), (0, 1), (0, 1)
         )
-        if tk <= tm
+        if tk <= tm and hint <= cb
     ]
 
 

@@ -40,6 +40,9 @@ class SSDConfig:
     # prefetching) of the loads inside the loops: x and B in the state walk, x in compute_out.
     state_latency: int = 4
     out_latency: int = 4
+    # compute_out's k-loop loads each tile's dA and dt with that loop's latency hint (1) or
+    # unhinted (0).
+    out_hint_decays: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
@@ -74,14 +77,9 @@ class SSDConfig:
                 raise ValueError(f"SSDConfig.{name} must be 1 to 10, got {getattr(self, name)}")
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        if self.state_weight_x not in (0, 1):
-            raise ValueError(f"SSDConfig.state_weight_x must be 0 or 1, got {self.state_weight_x}")
-        if self.dependent_launch not in (0, 1):
-            raise ValueError(
-                f"SSDConfig.dependent_launch must be 0 or 1, got {self.dependent_launch}"
-            )
-        if self.out_rank1 not in (0, 1):
-            raise ValueError(f"SSDConfig.out_rank1 must be 0 or 1, got {self.out_rank1}")
+        for name in ("state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):
@@ -170,19 +168,19 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
       −2.5 %);
     - at 256, chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output
-      tiles, and compute_out runs three CTAs per SM of one head with 32-column k-tiles (−5 %
-      against two CTAs for pairs), its x loads at latency 2 (−1 to −2 %); with fewer tiles C·Bᵀ
-      is computed inside, for pairs, two CTAs per SM.
+      tiles, and compute_out runs CTAs of one head with 32-column k-tiles, its loads at latency 2
+      (−1 to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
+      against three with unhinted decays; four unhinted lost 10-13 %, change 29); with fewer
+      tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM.
     The row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
     computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
-    three_ctas = {"out_occupancy": 3, "out_block_k": 32}
     if dstate <= 64:
         return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8)
     if dstate <= 128:
-        out = {"out_occupancy": 2} if short else three_ctas
+        out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
         if size is not None and size.seqlen <= SHORT_WALK:
             walk = replace(walk, state_segments=1, state_block_n=64, state_block_q=128)
         else:
@@ -193,7 +191,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
     )
     if size is None or size.output_tiles >= CB_MIN_TILES:
-        return replace(walk, out_cb=1, out_rank1=1, out_heads=1, out_latency=2, **three_ctas)
+        return replace(
+            walk, out_cb=1, out_rank1=1, out_heads=1, out_latency=2, out_hint_decays=1,
+            out_occupancy=4, out_block_k=32,
+        )  # fmt: skip
     return replace(walk, out_occupancy=2, out_heads=2)
 
 

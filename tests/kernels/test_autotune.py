@@ -192,16 +192,23 @@ def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_except_for_short_probl
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "cb", "heads", "occupancy", "block_k"),
-    [(1024, 0, 2, 2, 64), (16384, 1, 1, 3, 32), (None, 1, 1, 3, 32)],
+    ("seqlen", "cb", "heads", "occupancy", "block_k", "hint"),
+    [(1024, 0, 2, 2, 64, 0), (16384, 1, 1, 4, 32, 1), (None, 1, 1, 4, 32, 1)],
 )
-def test_compute_out_at_dstate_256_three_ctas_of_one_head_where_chunk_cb_runs(
-    seqlen, cb, heads, occupancy, block_k
+def test_compute_out_at_dstate_256_four_ctas_of_one_head_with_hinted_decays_where_chunk_cb_runs(
+    seqlen, cb, heads, occupancy, block_k, hint
 ) -> None:
     size = None if seqlen is None else ProblemSize(1, seqlen, 32, 128)
     config = default_config(256, size)
-    assert (config.out_cb, config.out_heads) == (cb, heads)
+    assert (config.out_cb, config.out_heads, config.out_hint_decays) == (cb, heads, hint)
     assert (config.out_occupancy, config.out_block_k) == (occupancy, block_k)
+
+
+@pytest.mark.parametrize("dstate", [64, 128, 256])
+def test_hinted_decays_are_tuned_only_with_chunk_cb(dstate: int) -> None:
+    candidates = autotune.out_candidates(dstate, 256)
+    assert {c["out_hint_decays"] for c in candidates if c["out_cb"]} == {0, 1}
+    assert {c["out_hint_decays"] for c in candidates if not c["out_cb"]} == {0}
 
 
 def test_output_tiles_count_partial_chunks() -> None:

@@ -54,6 +54,10 @@ CASES = {
         {"out_rank1": 1, "out_cb": 1, "out_block_m": 128, "out_slice_n": 64},
     ),  # fmt: skip
     "weights-on-b-two-heads": (SMALL, {"state_weight_x": 0, "state_heads": 2}),
+    "cb-two-heads-hinted-decays": (
+        SMALL,
+        {"out_cb": 1, "out_heads": 2, "out_hint_decays": 1, "out_occupancy": 4},
+    ),  # fmt: skip
     "whole-chunk-steps-two-heads": (
         SMALL,
         {"state_heads": 2, "state_block_q": 256, "state_segments": 3},

@@ -120,8 +120,9 @@ def test_matches_reference(name: str) -> None:
 # factor, and plain launches instead of programmatic dependents, and three compute_out CTAs per
 # SM with 32-column k-tiles (pairs of heads, and one head reading chunk_cb) under latency hints
 # other than the default, and a walk whose mma step covers the chunk (its dA and dt loaded once,
-# dA_last taken from the dA tile) for two heads. Whole 256-row chunks, so compute_out has row
-# blocks past the first (TM 64 and 128).
+# dA_last taken from the dA tile) for two heads, and four compute_out CTAs per SM with the
+# k-tiles' decays hinted (dstate 256's default with chunk_cb). Whole 256-row chunks, so
+# compute_out has row blocks past the first (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -143,6 +144,9 @@ CONFIGS = {
         out_cb=1, out_rank1=1, out_occupancy=3, out_block_k=32, state_latency=8, out_latency=2
     ),
     "whole-chunk-steps-two-heads": SSDConfig(state_heads=2, state_block_q=256, state_segments=3),
+    "hinted-decays-four-ctas": SSDConfig(
+        out_cb=1, out_rank1=1, out_occupancy=4, out_block_k=32, out_latency=2, out_hint_decays=1
+    ),
 }
 
 
