@@ -45,10 +45,10 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
 
 
 def _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q: int, LAT: int):
-    """(dA, dt, dA_last in log2 units) of a whole chunk, loaded once with the loop's latency hint
-    so the compiler fetches them ahead with x and B; dA_last is taken from the dA tile, not by a
+    """dA and dt of a whole chunk, loaded once with the loop's latency hint so the compiler fetches
+    them ahead with x and B, and dA_last in log2 units, taken from the dA tile rather than by a
     load of its own ahead of the state's decay (walk −24 % at 64K/32/256, −4 to −21 % at dstate
-    128 with two mma steps a chunk; docs/performance.md, changes 27 and 28)."""
+    128 with several mma steps a chunk; docs/performance.md, changes 27 and 28)."""
     index = (batch, head, chunk, 0)
     dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
     dt = ct.load(dt_out, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
