@@ -134,6 +134,43 @@ def chunks_run(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+#: nvidia-smi fields of the gpu_clocks column, as the names of gpu_clocks()'s columns.
+CLOCK_FIELDS = {
+    "clocks.sm": "sm_mhz",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_w",
+    "clocks_throttle_reasons.active": "reasons",
+}
+#: The reasons bit that only says the GPU is idle (as it may be the moment timing ends).
+IDLE_REASON = 0x1
+
+
+def _number(text: object) -> float:
+    """nvidia-smi's reading as a number (hex masks included); NaN for "[N/A]" and the like."""
+    try:
+        return float(int(text, 16)) if str(text).startswith("0x") else float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def gpu_clocks(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (point, mode, worker) with the GPU's state read as that mode's timing ended:
+    sm_mhz, temperature_c, power_w, reasons (nvidia-smi's mask of clock-limiting reasons) and
+    held (a reason other than idleness active). Rows without a reading (runs before the column,
+    or off CUDA) are left out."""
+    columns = ["point", "mode", "worker", *CLOCK_FIELDS.values()]
+    if "gpu_clocks" not in df.columns:
+        return pd.DataFrame(columns=columns)
+    read = df[df["gpu_clocks"].notna()].drop_duplicates(["point", "mode", "worker"])
+    rows = []
+    for r in read.itertuples(index=False):
+        state = json.loads(r.gpu_clocks)
+        rows.append([r.point, r.mode, r.worker, *(_number(state.get(k)) for k in CLOCK_FIELDS)])
+    table = pd.DataFrame(rows, columns=columns)
+    reasons = table["reasons"].fillna(0).astype("int64")
+    return table.assign(held=(reasons & ~IDLE_REASON) != 0)
+
+
 def varying_columns(table: pd.DataFrame, exclude: tuple[str, ...] = ()) -> list[str]:
     """Shape/dtype/option columns that take more than one value in `table` (for labels)."""
     candidates = [c for c in (*SHAPE_COLUMNS, "dtype", "options") if c not in exclude]

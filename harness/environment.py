@@ -36,6 +36,9 @@ _SMI_CLOCKS = (
     "clocks.max.mem",
     "temperature.gpu",
     "power.draw",
+    # Why the clocks are held down, a bit mask (0: not held; nvidia-smi -q explains the bits).
+    # The older name, which drivers still accept, so that older drivers read it too.
+    "clocks_throttle_reasons.active",
 )
 
 
@@ -98,7 +101,8 @@ def _smi_selector(index: int) -> str:
 
 
 def clocks(index: int | None) -> dict[str, str] | None:
-    """Current and max SM/memory clocks (MHz), temperature and power of the GPU (nvidia-smi)."""
+    """Current and max SM/memory clocks (MHz), temperature, power and the active clock-limiting
+    reasons of the GPU (nvidia-smi)."""
     if index is None:
         return None
     query = ",".join(_SMI_CLOCKS)

@@ -115,9 +115,10 @@ def load(path: Path, label: str) -> Run:
     except Exception as exc:  # records' own errors and pyarrow's: all mean "unusable input"
         raise GateInputError(f"{label} {path}: not a readable ssdbench run ({exc})") from None
     version = meta.get("schema_version") if isinstance(meta, dict) else None
-    if version != records.SCHEMA_VERSION:
+    if version not in records.READABLE_VERSIONS:
         raise GateInputError(
-            f"{label} {path}: schema version {version!r}, this gate reads {records.SCHEMA_VERSION}"
+            f"{label} {path}: schema version {version!r}, this gate reads versions "
+            f"{', '.join(map(str, records.READABLE_VERSIONS))}"
         )
     lacking = sorted(set(records.COLUMNS) - set(table.columns))
     if lacking:

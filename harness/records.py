@@ -36,7 +36,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this code reads. Version 2 added the columns of ADDED_COLUMNS; tables written before
+#: read with them null, and no other column may be missing.
+READABLE_VERSIONS = (1, 2)
+ADDED_COLUMNS = ("gpu_clocks",)
 META_KEY = b"ssdbench"
 META_FILE = "meta.json"
 RESULTS_FILE = "results.parquet"
@@ -84,6 +88,7 @@ COLUMNS: dict[str, pa.DataType] = {
     "l2": _STR,
     "gpu_name": _STR,
     "device_index": _INT,
+    "gpu_clocks": _STR,
     "worker": _STR,
     "seed": _INT,
     "timestamp": _STR,
@@ -218,18 +223,31 @@ def write_part(run_dir: Path, point: str, provider: str, rows: Iterable[Mapping]
     return path
 
 
+def upgraded(table: pa.Table) -> pa.Table:
+    """A table of any readable schema version in today's SCHEMA (no metadata): the columns of
+    ADDED_COLUMNS that it lacks are added as nulls. RecordsError if anything else differs."""
+    table = table.replace_schema_metadata(None)
+    for name in ADDED_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(
+                pa.field(name, COLUMNS[name]), pa.nulls(len(table), COLUMNS[name])
+            )
+    if set(table.column_names) != set(COLUMNS):
+        raise RecordsError("columns differ from the schema")
+    try:
+        return table.select(list(COLUMNS)).cast(SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise RecordsError(f"column types differ from the schema: {exc}") from None
+
+
 def _read_parts(run_dir: Path) -> list[pa.Table]:
     """Every readable part file; unreadable or foreign ones are skipped with a warning."""
     tables = []
     for path in sorted((Path(run_dir) / PARTS_DIR).glob("[!.]*.parquet")):
         try:
-            table = pq.read_table(path)
-            if table.schema.remove_metadata() != SCHEMA:
-                raise RecordsError("columns differ from the schema")
+            tables.append(upgraded(pq.read_table(path)))
         except Exception as exc:  # a torn or foreign file must not hide the rest of the run
             warnings.warn(f"skipping unreadable part {path.name}: {exc}", stacklevel=2)
-            continue
-        tables.append(table.replace_schema_metadata(None))
     return tables
 
 
@@ -248,11 +266,11 @@ def _merged(run_dir: Path) -> pa.Table:
     done = {pair for table in parts for pair in _pairs(table)}
     consolidated = Path(run_dir) / RESULTS_FILE
     if consolidated.is_file():
-        old = pq.read_table(consolidated).replace_schema_metadata(None)
+        old = upgraded(pq.read_table(consolidated))
         if not parts:
-            return old  # as written, even by another tool (tests' synthetic runs)
+            return old
         keep = pa.array([pair not in done for pair in _pairs(old)], type=pa.bool_())
-        parts.append(old.filter(keep).cast(SCHEMA))
+        parts.append(old.filter(keep))
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
@@ -285,7 +303,7 @@ def load_run(path: str | Path) -> tuple[pd.DataFrame, dict]:
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise RecordsError(f"{path} has no ssdbench metadata; not a results file")
-    return table.replace_schema_metadata(None).to_pandas(), json.loads(raw)
+    return upgraded(table).to_pandas(), json.loads(raw)
 
 
 def options_json(options: Mapping) -> str:

@@ -182,6 +182,34 @@ def chunks_section(df: pd.DataFrame) -> str | None:
     return text + markdown.table(header, rows)
 
 
+def clocks_section(df: pd.DataFrame) -> str:
+    """The GPU's clocks, temperature and power as each mode's timing ended, per mode: a slow
+    point on a GPU held below its clocks shows here."""
+    title = "## GPU state after timing"
+    read = analysis.gpu_clocks(df)
+    if read.empty:
+        return f"{title}\n\nNot recorded (a run before the gpu_clocks column, or off CUDA)."
+    rows = []
+    for mode in MODES:
+        m = read[read["mode"] == mode]
+        if m.empty:
+            continue
+        sm = m["sm_mhz"]
+        rows.append((
+            mode, len(m), f"{sm.min():.0f} / {sm.median():.0f} / {sm.max():.0f}",
+            f"{m['temperature_c'].max():.0f}", f"{m['power_w'].max():.0f}",
+            int(m["held"].sum()),
+        ))  # fmt: skip
+    text = (
+        f"{title}\n\nRead by nvidia-smi as each mode's timing of a point ended (the providers "
+        'of a point are timed interleaved, so they share one reading). "held" counts readings '
+        "with a clock-limiting reason other than idleness active (power, thermal, "
+        "slowdown).\n\n"
+    )
+    header = ("mode", "readings", "SM MHz min / median / max", "max °C", "max W", "held")
+    return text + markdown.table(header, rows)
+
+
 def failures_section(df: pd.DataFrame) -> str:
     """Rows whose status is not ok, with the first line of their error."""
     bad = df[df["status"] != "ok"]
@@ -223,7 +251,8 @@ def render(
     if modes:
         sections.append(points_section(analysis.speedups(df, baseline, candidate, modes[0])))
     chunks = chunks_section(df)
-    sections += [*([chunks] if chunks else []), failures_section(df), wide_ci_section(df)]
+    sections += [*([chunks] if chunks else []), clocks_section(df)]
+    sections += [failures_section(df), wide_ci_section(df)]
     return "\n\n".join(sections) + "\n"
 
 

@@ -76,6 +76,8 @@ class Outcome:
     chunk_size: int = 0  # the chunk length it ran at (0: the problem's)
     tuning: dict = field(default_factory=dict)  # what the provider's tuner chose
     measurements: dict[str, Measurement] = field(default_factory=dict)
+    # The GPU's clocks, temperature and power read as each mode's timing ended (None: unread).
+    gpu_clocks: dict[str, dict | None] = field(default_factory=dict)
 
     def fail(self, status: str, error: str) -> None:
         self.status, self.error = status, error
@@ -202,11 +204,19 @@ class Sweep:
     """State of one sweep: config, device, timer, peaks and loaded providers."""
 
     def __init__(
-        self, cfg: BenchConfig, device: str, timer: Timer, meta: dict, run_dir: Path, gpu_name: str
+        self,
+        cfg: BenchConfig,
+        device: str,
+        timer: Timer,
+        meta: dict,
+        run_dir: Path,
+        gpu_name: str,
+        gpu_clocks: Callable[[], dict | None],
     ) -> None:
         self.cfg = cfg
         self.device = device
         self.timer = timer
+        self.gpu_clocks = gpu_clocks  # read after each mode's timing, into its rows
         self.meta = meta
         self.run_dir = run_dir
         self.on_cuda = device.startswith("cuda")
@@ -286,8 +296,10 @@ class Sweep:
                 and (mode != "kernels" or c.kernel_prefixes)
             ]  # fmt: skip
             results = measure(timed, mode, self.cfg.timing, self.timer)
+            clocks = self.gpu_clocks() if results else None  # still at the load just timed
             for m in results:
                 outcomes[m.name].measurements[mode] = m
+                outcomes[m.name].gpu_clocks[mode] = clocks
             culprit = next((m.name for m in results if m.error), None)
             if culprit:
                 self._free()  # e.g. after running out of memory in a graph capture
@@ -464,8 +476,10 @@ class Sweep:
             else:
                 status, error = ("error", m.error) if m.error else ("ok", "")
             timed = m if status == "ok" else None
+            clocks = o.gpu_clocks.get(mode)
             rows.append({**base, "mode": mode, "status": status, "error": error,
                          **self._timing_columns(ran, timed),
+                         "gpu_clocks": json.dumps(clocks) if clocks else None,
                          "timestamp": environment.now_utc()})  # fmt: skip
         return rows
 
@@ -511,11 +525,13 @@ def run(
     timer: Timer | None = None,
     peaks: dict | None = None,
     env: dict | None = None,
+    gpu_clocks: Callable[[], dict | None] | None = None,
 ) -> Path:
     """Measure every point of `cfg` not yet in its run directory; returns that directory.
 
-    device defaults to cuda:<cfg.device>; timer, peaks and env default to the real CUDA timer,
-    harness.peaks and harness.environment (tests pass fakes and run on "cpu").
+    device defaults to cuda:<cfg.device>; timer, peaks, env and gpu_clocks default to the real
+    CUDA timer, harness.peaks and harness.environment (nvidia-smi's clocks of this GPU; none off
+    CUDA). Tests pass fakes and run on "cpu".
     """
     problems = sharding.select(validate(cfg), cfg.shard.index, cfg.shard.count)
     provs = [providers.get(name) for name in cfg.providers.names]
@@ -533,7 +549,10 @@ def run(
         return measure_gpu_peaks(device)
 
     run_dir, meta = open_run(cfg, env, measure_peaks)
-    sweep = Sweep(cfg, device, timer or _default_timer(cfg, env), meta, run_dir, env["gpu"]["name"])
+    if gpu_clocks is None:
+        gpu_clocks = (lambda: environment.clocks(cfg.device)) if on_cuda else (lambda: None)
+    timer = timer or _default_timer(cfg, env)
+    sweep = Sweep(cfg, device, timer, meta, run_dir, env["gpu"]["name"], gpu_clocks)
     worker = {
         "worker": sweep.worker,
         "shard": {"index": cfg.shard.index, "count": cfg.shard.count},

@@ -119,6 +119,7 @@ def _row(
         "l2": "cold",
         "gpu_name": gpu,
         "device_index": 0,
+        "gpu_clocks": None,
         "worker": "synthetic:0",
         "seed": seed,
         "timestamp": "2026-11-29T12:00:00+00:00",

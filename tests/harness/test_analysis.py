@@ -119,3 +119,27 @@ def test_chunks_run_reads_the_choice_from_the_tuning_column() -> None:
     triton = chunks[chunks["provider"] == "triton"]
     assert (triton["chunk_run"] == triton["chunk_size"]).all()
     assert set(triton["chunk_policy"]) == {"fixed"}
+
+
+def test_gpu_clocks_parse_readings_and_tell_held_from_idle() -> None:
+    table = synthetic_table(modes=("graph",))
+    points = sorted(table["point"].unique())
+    readings = {
+        points[0]: {"clocks.sm": "1980", "temperature.gpu": "40", "power.draw": "520.5",
+                    "clocks_throttle_reasons.active": "0x0000000000000001"},  # idle only
+        points[1]: {"clocks.sm": "1755", "temperature.gpu": "[N/A]", "power.draw": "700.0",
+                    "clocks_throttle_reasons.active": "0x0000000000000004"},  # power cap
+    }  # fmt: skip
+    table["gpu_clocks"] = [
+        json.dumps(readings[p]) if p in readings else None for p in table["point"]
+    ]
+    read = analysis.gpu_clocks(table).set_index("point")
+    assert len(read) == 2  # one reading per point and mode, shared by both providers
+    assert read.loc[points[0], "sm_mhz"] == 1980 and not read.loc[points[0], "held"]
+    assert read.loc[points[1], "reasons"] == 4 and read.loc[points[1], "held"]
+    assert math.isnan(read.loc[points[1], "temperature_c"])
+
+
+def test_gpu_clocks_of_a_run_without_them_are_empty() -> None:
+    assert analysis.gpu_clocks(synthetic_table()).empty
+    assert analysis.gpu_clocks(synthetic_table().drop(columns="gpu_clocks")).empty

@@ -269,3 +269,19 @@ def test_command_line_exit_codes(tmp_path: Path, baseline: Path) -> None:
     assert missing.stderr.strip().splitlines() == [
         f"gate: unusable input: candidate {tmp_path / 'x'}: no such file or directory"
     ]
+
+
+def test_a_run_of_schema_version_1_is_still_a_baseline(capsys, tmp_path: Path) -> None:
+    """Runs committed before the gpu_clocks column (every H200 run up to v10) stay comparable."""
+    old = tmp_path / "v1"
+    old.mkdir()
+    meta = synthetic_meta(run_id="v1") | {"schema_version": 1}
+    table = pa.Table.from_pandas(synthetic_table(ci_rel=0.01), preserve_index=False)
+    table = table.drop_columns(["gpu_clocks"]).replace_schema_metadata(
+        {b"ssdbench": json.dumps(meta).encode()}
+    )
+    pq.write_table(table, old / "results.parquet")
+    (old / "meta.json").write_text(json.dumps(meta))
+    candidate = build_run(tmp_path / "new", run_id="new", ci_rel=0.01)
+    code, out, err = run(capsys, old, candidate)
+    assert code == 0, err

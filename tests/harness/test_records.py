@@ -156,3 +156,23 @@ def test_error_message_is_one_line() -> None:
     assert records.error_message(KeyError()) == "KeyError"
     assert len(records.error_message(ValueError("x" * 2000))) == 500
     assert re.fullmatch(r"[^\n]*", records.error_message(ValueError("a\nb")))
+
+
+def test_a_version_1_run_reads_with_gpu_clocks_null(run_dir: Path) -> None:
+    """Runs written before the gpu_clocks column: parts and results files alike."""
+    old = pa.Table.from_pylist(modes()).drop_columns(["gpu_clocks"])
+    pq.write_table(old, run_dir / records.RESULTS_FILE)
+    (run_dir / records.PARTS_DIR).mkdir()
+    part = old.set_column(1, "point", pa.array(["p2"] * 3))
+    pq.write_table(part, run_dir / records.PARTS_DIR / "x.parquet")
+    df, _ = records.load_run(run_dir)
+    assert list(df.columns) == list(records.COLUMNS) and len(df) == 6
+    assert df["gpu_clocks"].isna().all()
+    df, _ = records.load_run(records.consolidate(run_dir))
+    assert len(df) == 6 and df["gpu_clocks"].isna().all()
+
+
+def test_only_the_added_columns_may_be_missing() -> None:
+    table = pa.Table.from_pylist(modes()).drop_columns(["gpu_clocks", "seed"])
+    with pytest.raises(records.RecordsError, match="columns differ"):
+        records.upgraded(table)

@@ -115,3 +115,21 @@ def test_report_on_a_run_with_nothing_timed(tmp_path: Path) -> None:
     text = (run / "report.md").read_text()
     assert "| graph | 12 | 0 | — | — | — | 0 |" in text
     assert text.count("| unsupported | no sm_90 |") == 12
+
+
+def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> None:
+    table = synthetic_table(modes=("graph",))
+    sm = {p: 1980 - 10 * i for i, p in enumerate(sorted(table["point"].unique()))}
+    table["gpu_clocks"] = [
+        json.dumps({"clocks.sm": str(sm[p]), "temperature.gpu": "41", "power.draw": "610.2",
+                    "clocks_throttle_reasons.active": "0x0000000000000000"})
+        for p in table["point"]
+    ]  # fmt: skip
+    run = write_run(tmp_path / "run", table, synthetic_meta())
+    assert report.main([str(run)]) == 0
+    text = (run / "report.md").read_text()
+    low, high = min(sm.values()), max(sm.values())
+    assert f"| graph | {len(sm)} | {low} / " in text and f" / {high} | 41 | 610 | 0 |" in text
+    plain = write_run(tmp_path / "plain", synthetic_table(), synthetic_meta())
+    report.main([str(plain)])
+    assert "Not recorded" in (plain / "report.md").read_text()

@@ -296,6 +296,24 @@ def test_a_failing_mode_is_isolated(tmp_path: Path) -> None:
     assert set(by(df, "good2")["status"]) == {"ok"}
 
 
+def test_each_modes_rows_carry_the_gpu_clocks_read_as_its_timing_ended(tmp_path: Path) -> None:
+    readings = iter(range(100))
+
+    def clocks() -> dict:
+        return {"clocks.sm": str(1980 - next(readings))}  # a new value at every reading
+
+    cfg = make_cfg(tmp_path, ["good", "good2", "wrong"])
+    run_dir = runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV,
+                         gpu_clocks=clocks)  # fmt: skip
+    df, _ = records.load_run(run_dir)
+    good, good2 = (by(df, name).sort_values(["seqlen", "mode"]) for name in ("good", "good2"))
+    assert len(set(good["gpu_clocks"])) == 2 * 3  # one reading per point and mode …
+    assert list(good["gpu_clocks"]) == list(good2["gpu_clocks"])  # … shared by the interleaved
+    assert by(df, "wrong")["gpu_clocks"].isna().all()  # failed its check: never timed
+    off_cuda, _ = records.load_run(sweep(make_cfg(tmp_path / "cpu-run", ["good"])))
+    assert off_cuda["gpu_clocks"].isna().all()
+
+
 def test_final_states_are_checked(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path, ["good", "badfinal"], "sweep.return_final_states=true")
     df, _ = records.load_run(sweep(cfg))
