@@ -9,6 +9,9 @@ spills, or needs far more registers than the default, is rarely worth device tim
     python scripts/kernel_resources.py --symbols symbols.jsonl
     # one kernel name as Nsight Compute prints it, with the hint its config asked for
     python scripts/kernel_resources.py --occupancy 2 --symbol compute_out_kernel_Kt2_A4bf16_...
+    # also count and hash the machine code (nvdisasm): equal hashes, nothing to time
+    python scripts/kernel_resources.py --sass --shapes 65536:32:256:128 \
+        --variant base={} --variant lat8='{"out_latency": 8}'
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def main() -> int:
         "--occupancy", type=int, default=0, help="CTAs per SM hint for --symbol (0: none)"
     )
     parser.add_argument("--arch", choices=ARCHS, default="sm_90")
+    parser.add_argument(
+        "--sass", action="store_true", help="add the machine code's instruction count and hash"
+    )
     args = parser.parse_args()
     if not (args.shapes or args.symbol or args.symbols):
         parser.error("give --shapes, --symbol or --symbols: what to compile")
@@ -54,7 +60,7 @@ def main() -> int:
         parser.error(f"--occupancy must be >= 0, got {args.occupancy}")
     from harness.inputs import meta_inputs
     from kernels.cutile.config import with_occupancy
-    from kernels.cutile.resources import compile_resources
+    from kernels.cutile.resources import compile_cubin, nvdisasm, read_cubin, sass_digest
     from kernels.cutile.signatures import forward_launches, from_symbol
 
     launches = []  # (point, variant, kernel name, kernel with its hint, signature)
@@ -75,12 +81,19 @@ def main() -> int:
             launches.append((point, variant, name, with_occupancy(kernel, hint), signature))
     except (OSError, ValueError) as err:
         parser.error(str(err))
+    tool = nvdisasm() if args.sass else None
+    if args.sass and tool is None:
+        parser.error("--sass needs nvdisasm (on PATH, or in the triton package)")
+    sass_header = f" {'instrs':>6} {'sass':<12}" if tool else ""
     print(f"{'point':<26} {'variant':<10} {'kernel':<22} {'regs':>5} {'local B':>8} "
-          f"{'shared KB':>9}")  # fmt: skip
+          f"{'shared KB':>9}{sass_header}")  # fmt: skip
     for point, variant, name, kernel, signature in launches:
-        res = compile_resources(kernel, signature, args.arch)
+        cubin = compile_cubin(kernel, signature, args.arch)
+        res = read_cubin(cubin)
+        sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if tool else ""
+        shared_kb = res.shared_bytes / 1024
         print(f"{point[:26]:<26} {variant[:10]:<10} {name:<22} {res.registers:>5} "
-              f"{res.local_bytes:>8} {res.shared_bytes / 1024:>9.1f}", flush=True)  # fmt: skip
+              f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
     return 0
 
 

@@ -10,13 +10,23 @@ or profiled kernel name): a signature without the facts a launch derives from it
 other code. The numbers come from the cubin's `.nv.info` section
 (attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
 section.
+
+`sass_digest` tells whether two configurations compiled to the same machine code: a knob that
+leaves it unchanged (a latency hint on a load the compiler already pipelines, say) needs no
+device time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import re
+import shutil
 import struct
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 ELF_MAGIC = b"\x7fELF"
 EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
@@ -77,10 +87,43 @@ def _info_attributes(info: bytes) -> dict[int, int]:
     return values
 
 
-def compile_resources(kernel, signature, arch: str = "sm_90") -> Resources:
-    """Compile one specialisation for `arch` on this machine and read its resources."""
+def compile_cubin(kernel, signature, arch: str = "sm_90") -> bytes:
+    """Compile one specialisation for `arch` on this machine."""
     from cuda.tile.compilation import export_kernel
 
     cubin = io.BytesIO()
     export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
-    return read_cubin(cubin.getvalue())
+    return cubin.getvalue()
+
+
+def compile_resources(kernel, signature, arch: str = "sm_90") -> Resources:
+    """Compile one specialisation for `arch` on this machine and read its resources."""
+    return read_cubin(compile_cubin(kernel, signature, arch))
+
+
+def nvdisasm() -> str | None:
+    """An nvdisasm: on PATH, else the one Triton's wheel carries; None without either."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends/nvidia/bin/nvdisasm"
+    return str(bundled) if bundled.is_file() else None
+
+
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*$")
+
+
+def sass_digest(cubin: bytes, tool: str) -> tuple[int, str]:
+    """(instructions, a 12-digit hash of them) of a cubin's machine code, disassembled by `tool`
+    (nvdisasm). Addresses, labels and the kernel's name are left out, so two configurations
+    that differ only in a constant the code never reads compare equal."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True)
+    lines = [m.group(1) for m in map(_INSTRUCTION.match, text.stdout.splitlines()) if m]
+    return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cutile.resources import read_cubin
+from kernels.cutile.resources import nvdisasm, read_cubin, sass_digest
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
 SYMBOLS = RUNS / "symbols-82664a7.jsonl"
@@ -105,3 +105,44 @@ def test_a_name_that_is_not_one_of_our_kernels_is_refused() -> None:
 
     with pytest.raises(ValueError, match="none of"):
         from_symbol("matmul_kernel_Kt2")
+
+
+def test_sass_digest_ignores_addresses_and_names(tmp_path: Path) -> None:
+    """Two listings that differ only in addresses, labels and the kernel's name hash alike; one
+    changed instruction does not."""
+    listing = {
+        "a": ".text.k_I1:\n        /*0000*/  LDC R1, c[0x0][0x28] ;\n        /*0010*/  EXIT ;\n",
+        "b": ".text.k_I2:\n.L_x_0:\n  /*0100*/  LDC R1, c[0x0][0x28] ;\n  /*0110*/  EXIT ;\n",
+        "c": ".text.k_I1:\n        /*0000*/  LDC R2, c[0x0][0x28] ;\n        /*0010*/  EXIT ;\n",
+    }
+    digests = {}
+    for name, text in listing.items():
+        tool = tmp_path / f"disasm-{name}"
+        tool.write_text(f"#!/bin/sh\ncat <<'END'\n{text}END\n")
+        tool.chmod(0o755)
+        digests[name] = sass_digest(b"cubin", str(tool))
+    assert digests["a"] == digests["b"] and digests["a"][0] == 2
+    assert digests["c"][1] != digests["a"][1]
+
+
+@pytest.mark.slow
+def test_the_hinted_decays_change_the_machine_code_and_a_repeat_does_not() -> None:
+    pytest.importorskip("cuda.tile")
+    tool = nvdisasm()
+    if tool is None:
+        pytest.skip("no nvdisasm (on PATH or in the triton package)")
+    from harness.inputs import meta_inputs
+    from kernels.cutile.resources import compile_cubin
+    from kernels.cutile.signatures import forward_launches
+    from scripts.variants import parse_shape, point_config
+
+    problem = parse_shape("65536:32:256:128")
+
+    def digest(overrides: dict) -> tuple[int, str]:
+        config = point_config(problem, overrides)
+        launches = forward_launches(meta_inputs(problem).kwargs(), config)
+        ((_, kernel, signature),) = [x for x in launches if x[0] == "compute_out_kernel"]
+        return sass_digest(compile_cubin(kernel, signature), tool)
+
+    assert digest({}) == digest({})
+    assert digest({}) != digest({"out_hint_decays": 0})
