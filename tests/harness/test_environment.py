@@ -55,3 +55,26 @@ def test_gpu_slug() -> None:
     assert environment.gpu_slug("NVIDIA H200") == "nvidia-h200"
     assert environment.gpu_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
     assert environment.gpu_slug("???") == "unknown"
+
+
+def test_clocks_read_every_queried_field_or_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi answers one CSV line per GPU; a line short of a field is not half-trusted."""
+    monkeypatch.setattr(environment, "_smi_selector", lambda index: "00000000:19:00.0")
+    line = "1980, 3201, 1980, 3201, 41, 612.35, 0x0000000000000004"
+    queried = []
+
+    def smi(cmd, timeout=20.0):
+        queried.append(cmd)
+        return line
+
+    monkeypatch.setattr(environment, "_run", smi)
+    state = environment.clocks(0)
+    assert state == {
+        "clocks.sm": "1980", "clocks.mem": "3201", "clocks.max.sm": "1980",
+        "clocks.max.mem": "3201", "temperature.gpu": "41", "power.draw": "612.35",
+        "clocks_throttle_reasons.active": "0x0000000000000004",
+    }  # fmt: skip
+    assert queried[0][:3] == ["nvidia-smi", "-i", "00000000:19:00.0"]
+    line = "1980, 3201, 1980, 3201, 41, 612.35"
+    assert environment.clocks(0) is None
+    assert environment.clocks(None) is None
