@@ -99,9 +99,13 @@ def test_runner_end_to_end_with_the_reference(tmp_path: Path) -> None:
     (worker,) = meta["workers"]  # end clocks are per process: in its worker record
     assert worker["state"] == "done" and worker["ended"]
     start, end = worker["env"]["clocks_start"], worker["env"]["clocks_end"]
+    by_mode = df.set_index("mode")
     if shutil.which("nvidia-smi"):  # the clocks come from nvidia-smi
         assert isinstance(end, dict) and set(end) == set(start)
-    by_mode = df.set_index("mode")
+        for mode in ("eager", "graph"):  # each timed mode's rows: the GPU as its timing ended
+            after = json.loads(by_mode.loc[mode, "gpu_clocks"])
+            assert set(after) == set(start) and float(after["clocks.sm"]) > 0
+        assert by_mode.loc["kernels", "gpu_clocks"] is None  # not timed: unsupported
     assert by_mode.loc["eager", "status"] == "ok" and by_mode.loc["graph", "status"] == "ok"
     assert by_mode.loc["kernels", "status"] == "unsupported"
     assert by_mode.loc["graph", "check_against"] == "float64"
