@@ -211,12 +211,12 @@ class Sweep:
         meta: dict,
         run_dir: Path,
         gpu_name: str,
-        gpu_clocks: Callable[[], dict | None],
+        read_clocks: Callable[[], dict | None],
     ) -> None:
         self.cfg = cfg
         self.device = device
         self.timer = timer
-        self.gpu_clocks = gpu_clocks  # read after each mode's timing, into its rows
+        self.read_clocks = read_clocks  # after each mode's timing, into its rows
         self.meta = meta
         self.run_dir = run_dir
         self.on_cuda = device.startswith("cuda")
@@ -296,7 +296,7 @@ class Sweep:
                 and (mode != "kernels" or c.kernel_prefixes)
             ]  # fmt: skip
             results = measure(timed, mode, self.cfg.timing, self.timer)
-            clocks = self.gpu_clocks() if results else None  # still at the load just timed
+            clocks = self.read_clocks() if results else None  # still at the load just timed
             for m in results:
                 outcomes[m.name].measurements[mode] = m
                 outcomes[m.name].gpu_clocks[mode] = clocks
@@ -525,11 +525,11 @@ def run(
     timer: Timer | None = None,
     peaks: dict | None = None,
     env: dict | None = None,
-    gpu_clocks: Callable[[], dict | None] | None = None,
+    read_clocks: Callable[[], dict | None] | None = None,
 ) -> Path:
     """Measure every point of `cfg` not yet in its run directory; returns that directory.
 
-    device defaults to cuda:<cfg.device>; timer, peaks, env and gpu_clocks default to the real
+    device defaults to cuda:<cfg.device>; timer, peaks, env and read_clocks default to the real
     CUDA timer, harness.peaks and harness.environment (nvidia-smi's clocks of this GPU; none off
     CUDA). Tests pass fakes and run on "cpu".
     """
@@ -549,10 +549,10 @@ def run(
         return measure_gpu_peaks(device)
 
     run_dir, meta = open_run(cfg, env, measure_peaks)
-    if gpu_clocks is None:
-        gpu_clocks = (lambda: environment.clocks(cfg.device)) if on_cuda else (lambda: None)
+    if read_clocks is None:
+        read_clocks = (lambda: environment.clocks(cfg.device)) if on_cuda else (lambda: None)
     timer = timer or _default_timer(cfg, env)
-    sweep = Sweep(cfg, device, timer, meta, run_dir, env["gpu"]["name"], gpu_clocks)
+    sweep = Sweep(cfg, device, timer, meta, run_dir, env["gpu"]["name"], read_clocks)
     worker = {
         "worker": sweep.worker,
         "shard": {"index": cfg.shard.index, "count": cfg.shard.count},

@@ -304,7 +304,7 @@ def test_each_modes_rows_carry_the_gpu_clocks_read_as_its_timing_ended(tmp_path:
 
     cfg = make_cfg(tmp_path, ["good", "good2", "wrong"])
     run_dir = runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV,
-                         gpu_clocks=clocks)  # fmt: skip
+                         read_clocks=clocks)  # fmt: skip
     df, _ = records.load_run(run_dir)
     good, good2 = (by(df, name).sort_values(["seqlen", "mode"]) for name in ("good", "good2"))
     assert len(set(good["gpu_clocks"])) == 2 * 3  # one reading per point and mode …
