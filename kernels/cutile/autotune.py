@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.cutile.config import ProblemSize, SSDConfig, default_config
+from kernels.cutile.config import SSDConfig, forward_default_config
 from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
@@ -261,9 +261,7 @@ def _device_us(fn, reps: int = 10) -> float:
 
 def _defaults(kwargs: dict) -> SSDConfig:
     """default_config for these inputs' dstate and size."""
-    batch, seqlen, nheads = kwargs["x"].shape[:3]
-    size = ProblemSize(batch, seqlen, nheads, kwargs["chunk_size"])
-    return default_config(kwargs["B"].shape[3], size)
+    return forward_default_config(kwargs["x"].shape, kwargs["B"].shape[3], kwargs["chunk_size"])
 
 
 def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:

@@ -198,6 +198,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     return replace(walk, out_occupancy=2, out_heads=2)
 
 
+def forward_default_config(x_shape: tuple[int, ...], dstate: int, chunk_size: int) -> SSDConfig:
+    """default_config for a forward whose x is (batch, seqlen, nheads, headdim)."""
+    batch, seqlen, nheads = x_shape[:3]
+    return default_config(dstate, ProblemSize(batch, seqlen, nheads, chunk_size))
+
+
 _HINTED: dict[tuple[int, int], object] = {}
 
 

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from kernels.cutile.config import ProblemSize, SSDConfig, default_config
+from kernels.cutile.config import SSDConfig, forward_default_config
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -75,9 +75,7 @@ def launch_forward(
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
-    batch, seqlen, nheads = x.shape[:3]
-    size = ProblemSize(batch, seqlen, nheads, chunk_size)
-    config = config or default_config(B.shape[3], size)
+    config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
     dt_out, dA_cumsum = chunk_cumsum(
         dt,
         A,
