@@ -100,6 +100,10 @@ def _smi_selector(index: int) -> str:
         return str(index)
 
 
+# A sweep reads the clocks after every mode of every point: a hung nvidia-smi costs this long.
+CLOCKS_TIMEOUT_S = 5.0
+
+
 def clocks(index: int | None) -> dict[str, str] | None:
     """Current and max SM/memory clocks (MHz), temperature, power and the active clock-limiting
     reasons of the GPU (nvidia-smi)."""
@@ -113,7 +117,8 @@ def clocks(index: int | None) -> dict[str, str] | None:
             _smi_selector(index),
             f"--query-gpu={query}",
             "--format=csv,noheader,nounits",
-        ]
+        ],
+        timeout=CLOCKS_TIMEOUT_S,
     )
     if not out:
         return None
