@@ -138,10 +138,12 @@ SHORT_POSITIONS = 65536
 # −6 %, change 20), a difference of the code the compiler makes.
 FEW_WALKERS = 128
 
-# At dstate 128, sequences up to this long walk each state slice in one segment of 64-column
-# walkers: segment_scan's launch costs more than a walk of at most 8 chunks of 128 (H200: −4.4 %
-# at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128). They take 128 rows per mma step (−4.8 %
-# at 1K/32/128, −5.6 % at 1K/64, −1.8 % at 1K/128; docs/performance.md, changes 24 and 25).
+# Sequences up to this long walk each state slice in one segment: segment_scan's launch costs
+# more than a walk of at most 8 chunks of 128. At dstate 128, of 64-column walkers (H200: −4.4 %
+# at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128) taking 128 rows per mma step (−4.8 % at
+# 1K/32/128, −5.6 % at 1K/64, −1.8 % at 1K/128; docs/performance.md, changes 24 and 25). At
+# dstate 64, chunk 256: −6.6 % at 1K/32/64, −8.0 % at 1K/64/64; at 2K from +5.3 % (32 heads) to
+# −4.1 % (128 heads) (change 30).
 SHORT_WALK = 1024
 
 
@@ -153,11 +155,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
-    chunks per mma step up to dstate 64; at 128, 128 state columns per CTA, or one segment of
-    64-column walkers taking 128 rows per step up to SHORT_WALK, with its loads at latency 2
-    (−1.5 % in all at 64K/128/128, change 24); from 256 on one segment (the walkers already fill
-    the GPU, and the segment correction would cost compute_out ~14 %), with 32 state columns per
-    CTA where 64 would leave SMs without a walker and launches are chained.
+    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
+    columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
+    SHORT_WALK, with its loads at latency 2 (−1.5 % in all at 64K/128/128, change 24); from 256
+    on one segment (the walkers already fill the GPU, and the segment correction would cost
+    compute_out ~14 %), with 32 state columns per CTA where 64 would leave SMs without a walker
+    and launches are chained.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -178,6 +181,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
     if dstate <= 64:
+        if size is not None and size.seqlen <= SHORT_WALK:
+            walk = replace(walk, state_segments=1)
         return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8)
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}

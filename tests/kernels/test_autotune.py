@@ -170,6 +170,15 @@ def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(seqlen, w
         assert (config.state_segments, config.state_block_n, config.state_block_q) == walk
 
 
+@pytest.mark.parametrize(("seqlen", "segments"), [(1024, 1), (2048, 0), (None, 0)])
+def test_short_walks_at_dstate_64_in_one_segment(seqlen, segments) -> None:
+    """Up to SHORT_WALK positions one segment, whatever the heads; longer walks take as many
+    segments as fill the GPU (0)."""
+    for nheads in (32, 128):
+        size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 256)
+        assert default_config(64, size).state_segments == segments
+
+
 @pytest.mark.parametrize(
     ("dstate", "seqlen", "state_latency", "out_latency"),
     [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 4, 4),

@@ -48,7 +48,7 @@ def test_shapes_compile_every_launch_of_the_forward() -> None:
     pytest.importorskip("cuda.tile")
     script = Path(__file__).resolve().parents[2] / "scripts" / "kernel_resources.py"
     done = subprocess.run(
-        [sys.executable, str(script), "--shapes", "1024:32:64:128"],
+        [sys.executable, str(script), "--shapes", "2048:32:64:128"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
