@@ -1,0 +1,192 @@
+"""A series of runs of one sweep read together: the numbers a closing note quotes, from one command.
+
+    python -m harness.history RUN [RUN ...] [--mode graph] [--baseline triton] [--candidate cutile]
+
+RUNs (run directories or results Parquet files) are given oldest first. It prints markdown:
+- per run, the in-run speedup (min / geomean / max, analysis.speedups) and each provider's best
+  fraction of the run's measured bf16 rate, counted with the FLOPs of the problem as posed
+  (`problem.flops` at the point's chunk_size). Under chunk_policy=fastest a provider may have run
+  a shorter chunk, and the rows' frac_peak_flops count that chunk's (fewer) FLOPs;
+- for the last run, the speedup against the fastest baseline time any listed run recorded at each
+  point. One run's speedups carry the luck of the baseline's autotune picks in that process; this
+  one does not reward a slow pick;
+- for the last run, each provider's median time against the run before it: which side moved.
+
+Exit status 0, or 2 with a one-line message on stderr for input that cannot be read together
+(an unreadable run, runs measured on different GPU models, a run without rows in the mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness import analysis, markdown, records, stats
+from harness.gate import GateInputError, Run, load
+from harness.problem import SHAPE_FIELDS, Problem, flops
+
+
+def _timed(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
+    rows = table[(table["provider"] == provider) & (table["mode"] == mode)]
+    return rows[rows["status"] == "ok"].drop_duplicates("point", keep="last").set_index("point")
+
+
+def fastest_times(tables: list[pd.DataFrame], provider: str, mode: str) -> pd.Series:
+    """Per point, the lowest median time (ms) the provider recorded in any of the tables."""
+    medians = [_timed(t, provider, mode)["median_ms"] for t in tables]
+    return pd.concat(medians, axis=1).min(axis=1)
+
+
+def against_fastest(
+    last: pd.DataFrame,
+    tables: list[pd.DataFrame],
+    baseline: str,
+    candidate: str,
+    mode: str,
+) -> pd.Series:
+    """Per point timed by the candidate in `last`: the fastest baseline time of all `tables` over
+    the candidate's time in `last`."""
+    cand = _timed(last, candidate, mode)["median_ms"]
+    return (fastest_times(tables, baseline, mode).reindex(cand.index) / cand).dropna()
+
+
+def time_change(previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode: str) -> pd.Series:
+    """Per point timed in both runs: the provider's median time in `last` over `previous`."""
+    before = _timed(previous, provider, mode)["median_ms"]
+    return (_timed(last, provider, mode)["median_ms"] / before).dropna()
+
+
+def best_fraction_of_peak(
+    table: pd.DataFrame, meta: dict, provider: str, mode: str
+) -> tuple[float, str]:
+    """(fraction of the run's bf16 rate, point) at the provider's best bf16 point, FLOPs counted
+    at the problem's own chunk_size; (NaN, "") without a measured rate or a bf16 row."""
+    peak = (meta.get("peaks") or {}).get("bf16_tflops")
+    rows = _timed(table, provider, mode)
+    rows = rows[rows["dtype"] == "bfloat16"]
+    if not peak or rows.empty:
+        return float("nan"), ""
+    fractions = pd.Series(
+        {
+            point: flops(Problem(**{f: int(r[f]) for f in SHAPE_FIELDS}, dtype=r["dtype"]))
+            / (r["median_ms"] * 1e-3)
+            / 1e12
+            / peak
+            for point, r in rows.iterrows()
+        }
+    )
+    return float(fractions.max()), str(fractions.idxmax())
+
+
+def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
+    """The markdown report of a series of loaded runs, oldest first."""
+    gpus = sorted({name for run in runs for name in run.gpus})
+    if len(gpus) > 1:
+        raise GateInputError(f"runs measured on different GPU models ({', '.join(gpus)})")
+    for run in runs:
+        if not (run.table["mode"] == mode).any():
+            raise GateInputError(f"{run.path}: no rows in {mode} mode")
+    sides = (candidate, baseline)
+    rows = []
+    for run in runs:
+        summary = analysis.summarize(analysis.speedups(run.table, baseline, candidate, mode))
+        rows.append(
+            (
+                f"`{run.meta.get('run_id', '')}`",
+                run.describe()["commit"][:12],
+                f"{summary['timed']}/{summary['points']}",
+                markdown.ratio(summary["min"]),
+                markdown.ratio(summary["geomean"]),
+                markdown.ratio(summary["max"]),
+                *(_peak_text(run, side, mode) for side in sides),
+            )
+        )
+    header = ("run", "commit", "timed", "min", "geomean", "max", *(f"{s} peak" for s in sides))
+    last, tables = runs[-1], [run.table for run in runs]
+    lines = [
+        f"# {len(runs)} runs, {mode} mode: speedup = {baseline} time / {candidate} time",
+        "",
+        markdown.table(header, rows),
+        "",
+        "peak: the best point's rate, its problem's FLOPs (at the problem's chunk_size) over the "
+        "median time, as a share of the run's measured bf16 matmul rate.",
+        "",
+        f"## `{last.meta.get('run_id', '')}` against the fastest {baseline} of all {len(runs)}",
+        "",
+        _spread(against_fastest(last.table, tables, baseline, candidate, mode), last.table),
+    ]
+    if len(runs) > 1:
+        lines += ["", f"## Time against `{runs[-2].meta.get('run_id', '')}`", ""]
+        rows = [
+            (side, *_spread_cells(time_change(runs[-2].table, last.table, side, mode), last.table))
+            for side in sides
+        ]
+        lines.append(markdown.table(("provider", "points", "min", "median", "max"), rows))
+    return "\n".join(lines) + "\n"
+
+
+def _peak_text(run: Run, provider: str, mode: str) -> str:
+    fraction, point = best_fraction_of_peak(run.table, run.meta, provider, mode)
+    if not point:
+        return "—"
+    return f"{100 * fraction:.1f} % ({_label(run.table, point)})"
+
+
+def _label(table: pd.DataFrame, point: str) -> str:
+    row = table[table["point"] == point].iloc[0]
+    return markdown.point_label(row, [c for c in ("seqlen", "nheads", "dstate") if c in row])
+
+
+def _spread_cells(values: pd.Series, table: pd.DataFrame) -> tuple[str, str, str, str]:
+    """(points, min with its point, median, max with its point) of per-point time ratios."""
+    if values.empty:
+        return "0", "—", "—", "—"
+    low, high = values.idxmin(), values.idxmax()
+    return (
+        str(len(values)),
+        f"{_percent(values[low])} ({_label(table, low)})",
+        _percent(values.median()),
+        f"{_percent(values[high])} ({_label(table, high)})",
+    )
+
+
+def _spread(speedups: pd.Series, table: pd.DataFrame) -> str:
+    """One line: min (point) / geomean / max (point) of per-point speedups."""
+    if speedups.empty:
+        return "No point timed."
+    low, high = speedups.idxmin(), speedups.idxmax()
+    return (
+        f"{len(speedups)} points: min {speedups[low]:.3f}x ({_label(table, low)}), geomean "
+        f"{stats.geomean(speedups):.3f}x, max {speedups[high]:.3f}x ({_label(table, high)})."
+    )
+
+
+def _percent(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f} %"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.history",
+        description="Read a series of runs of one sweep together (oldest first).",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run dirs or results Parquet files")
+    parser.add_argument("--mode", default="graph", choices=records.MODES)
+    parser.add_argument("--baseline", default="triton", help="provider timed against (triton)")
+    parser.add_argument("--candidate", default="cutile", help="provider timed (cutile)")
+    args = parser.parse_args(argv)
+    try:
+        runs = [load(path, "run") for path in args.runs]
+        text = render(runs, args.mode, args.baseline, args.candidate)
+    except GateInputError as exc:
+        print(f"history: unusable input: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

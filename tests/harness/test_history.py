@@ -1,0 +1,102 @@
+"""harness.history on synthetic runs: the fastest baseline across runs, time changes, peak
+fractions at the problem's chunk length, and the command's output and exit codes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import history
+from tests.harness.synthetic import PEAKS, build_run, synthetic_table
+
+GRAPH = "graph"
+
+
+def _scaled(table: pd.DataFrame, provider: str, factor: float, point: str | None = None):
+    """A copy with the provider's graph-mode medians (and CIs) times `factor`, at one point or
+    all."""
+    table = table.copy()
+    rows = (table["provider"] == provider) & (table["mode"] == GRAPH)
+    if point is not None:
+        rows &= table["point"] == point
+    for column in ("median_ms", "ci_low_ms", "ci_high_ms"):
+        table.loc[rows, column] *= factor
+    return table
+
+
+def test_against_fastest_takes_each_points_fastest_baseline_of_all_runs() -> None:
+    older = synthetic_table(speedup=1.5)
+    point = older["point"].iloc[0]
+    last = _scaled(older, "triton", 1.3, point)  # a slow baseline pick at one point
+    in_run = history.against_fastest(last, [last], "triton", "cutile", GRAPH)
+    assert in_run[point] == pytest.approx(1.5 * 1.3)
+    across = history.against_fastest(last, [older, last], "triton", "cutile", GRAPH)
+    assert across[point] == pytest.approx(1.5)
+    assert across.drop(point).to_numpy() == pytest.approx(1.5)
+
+
+def test_against_fastest_leaves_out_points_the_candidate_did_not_time() -> None:
+    table = synthetic_table()
+    point = table["point"].iloc[0]
+    broken = table.copy()
+    broken.loc[(broken["point"] == point) & (broken["provider"] == "cutile"), "status"] = "error"
+    result = history.against_fastest(broken, [table, broken], "triton", "cutile", GRAPH)
+    assert point not in result.index
+    assert len(result) == table["point"].nunique() - 1
+
+
+def test_time_change_is_last_over_previous_per_point() -> None:
+    previous = synthetic_table()
+    last = _scaled(previous, "cutile", 0.9)
+    assert history.time_change(previous, last, "cutile", GRAPH).to_numpy() == pytest.approx(0.9)
+    assert history.time_change(previous, last, "triton", GRAPH).to_numpy() == pytest.approx(1.0)
+
+
+def test_best_fraction_of_peak_counts_the_problems_flops() -> None:
+    """The synthetic rows' frac_peak_flops are computed like the runner's, at the same chunk, so
+    the best of them is the answer; a run that ran a shorter chunk would differ only there."""
+    table = synthetic_table()
+    fraction, point = history.best_fraction_of_peak(table, {"peaks": PEAKS}, "cutile", GRAPH)
+    rows = table[(table["provider"] == "cutile") & (table["mode"] == GRAPH)]
+    best = rows.loc[rows["frac_peak_flops"].idxmax()]
+    assert fraction == pytest.approx(best["frac_peak_flops"])
+    assert point == best["point"]
+
+
+def test_best_fraction_of_peak_is_nan_without_a_measured_rate() -> None:
+    fraction, point = history.best_fraction_of_peak(synthetic_table(), {}, "cutile", GRAPH)
+    assert math.isnan(fraction) and point == ""
+
+
+def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_path) -> None:
+    old = build_run(tmp_path, run_id="old", speedup=1.4)
+    new = build_run(tmp_path, run_id="new", speedup=1.6)
+    assert history.main([str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "| `old` |" in out and "| `new` |" in out
+    assert "1.400x" in out and "1.600x" in out
+    assert "against the fastest triton of all 2" in out
+    assert "Time against `old`" in out
+
+
+def _unusable(capsys, argv: list[str], *words: str) -> None:
+    assert history.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for word in words:
+        assert word in err
+
+
+def test_runs_on_different_gpu_models_are_refused(capsys, tmp_path: Path) -> None:
+    h200 = build_run(tmp_path, run_id="a")
+    h100 = build_run(tmp_path, run_id="b", gpu="NVIDIA H100 80GB HBM3")
+    _unusable(capsys, [str(h200), str(h100)], "different GPU models", "H100", "H200")
+
+
+def test_a_missing_run_or_mode_is_reported(capsys, tmp_path: Path) -> None:
+    _unusable(capsys, [str(tmp_path / "nope")], "no such file")
+    run = build_run(tmp_path, run_id="eager-only", modes=("eager",))
+    _unusable(capsys, [str(run)], "no rows in graph mode")
