@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from harness import history
+from harness.problem import Problem, flops
 from tests.harness.synthetic import PEAKS, build_run, synthetic_table
 
 GRAPH = "graph"
@@ -56,14 +57,19 @@ def test_time_change_is_last_over_previous_per_point() -> None:
 
 
 def test_best_fraction_of_peak_counts_the_problems_flops() -> None:
-    """The synthetic rows' frac_peak_flops are computed like the runner's, at the same chunk, so
-    the best of them is the answer; a run that ran a shorter chunk would differ only there."""
+    """FLOPs of the problem as posed, whatever the rows' own rates say: a provider that ran a
+    shorter chunk recorded fewer FLOPs in tflops and frac_peak_flops, which must not count."""
     table = synthetic_table()
+    rows = (table["provider"] == "cutile") & (table["mode"] == GRAPH)
+    table.loc[rows, ["tflops", "frac_peak_flops"]] *= 0.5  # as if counted at a shorter chunk
     fraction, point = history.best_fraction_of_peak(table, {"peaks": PEAKS}, "cutile", GRAPH)
-    rows = table[(table["provider"] == "cutile") & (table["mode"] == GRAPH)]
-    best = rows.loc[rows["frac_peak_flops"].idxmax()]
-    assert fraction == pytest.approx(best["frac_peak_flops"])
-    assert point == best["point"]
+    best = table[rows & (table["point"] == point)].iloc[0]
+    problem = Problem(
+        seqlen=int(best["seqlen"]), nheads=int(best["nheads"]), dstate=int(best["dstate"])
+    )
+    expected = flops(problem) / (best["median_ms"] * 1e-3) / 1e12 / PEAKS["bf16_tflops"]
+    assert fraction == pytest.approx(expected)
+    assert fraction == pytest.approx(2 * table.loc[rows, "frac_peak_flops"].max())
 
 
 def test_best_fraction_of_peak_is_nan_without_a_measured_rate() -> None:
