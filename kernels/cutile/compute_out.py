@@ -265,12 +265,9 @@ def _k_decays(dA_cumsum, dt_out, batch, head, chunk, k_block, TK: int, LAT: int,
     (64 registers and 54 KB of shared memory instead of 96 and 33 KB): −3 to −6 % in all,
     against +10 to +13 % unhinted (docs/performance.md, change 29)."""
     index = (batch, head, chunk, k_block)
-    if HINT:
-        dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, TK), latency=LAT)
-        dt = ct.load(dt_out, index=index, shape=(1, 1, 1, TK), latency=LAT)
-    else:
-        dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, TK))
-        dt = ct.load(dt_out, index=index, shape=(1, 1, 1, TK))
+    latency = LAT if HINT else None
+    dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, TK), latency=latency)
+    dt = ct.load(dt_out, index=index, shape=(1, 1, 1, TK), latency=latency)
     return dA.reshape((TK,)) * LOG2E, dt.reshape((TK,))
 
 
