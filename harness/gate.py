@@ -417,8 +417,10 @@ def _points_table(points: pd.DataFrame) -> str:
                 else "",
                 markdown.ratio(r["baseline_speedup"], r["baseline_low"], r["baseline_high"]),
                 markdown.ratio(r["candidate_speedup"], r["candidate_low"], r["candidate_high"]),
-                _percent(r["change"]),
-                f"{_percent(r['cutile_time_change'])} / {_percent(r['triton_time_change'])}",
+                markdown.change(r["change"]),
+                " / ".join(
+                    markdown.change(r[c]) for c in ("cutile_time_change", "triton_time_change")
+                ),
                 verdict_text,
                 f"{r['baseline_statuses']} → {r['candidate_statuses']}"
                 + (
@@ -440,10 +442,6 @@ def _points_table(points: pd.DataFrame) -> str:
         "key",
     )
     return markdown.table(header, rows)
-
-
-def _percent(ratio: float) -> str:
-    return "—" if pd.isna(ratio) else f"{100 * (ratio - 1):+.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -515,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
             f"{markdown.ratio(row.candidate_speedup)} (time: cutile "
-            f"{_percent(row.cutile_time_change)}, triton {_percent(row.triton_time_change)})"
+            f"{markdown.change(row.cutile_time_change)}, triton "
+            f"{markdown.change(row.triton_time_change)})"
         )
     return outcome.exit_code
 

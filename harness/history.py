@@ -147,9 +147,9 @@ def _spread_cells(values: pd.Series, table: pd.DataFrame) -> tuple[str, str, str
     low, high = values.idxmin(), values.idxmax()
     return (
         str(len(values)),
-        f"{_percent(values[low])} ({_label(table, low)})",
-        _percent(values.median()),
-        f"{_percent(values[high])} ({_label(table, high)})",
+        f"{markdown.change(values[low])} ({_label(table, low)})",
+        markdown.change(values.median()),
+        f"{markdown.change(values[high])} ({_label(table, high)})",
     )
 
 
@@ -162,10 +162,6 @@ def _spread(speedups: pd.Series, table: pd.DataFrame) -> str:
         f"{len(speedups)} points: min {speedups[low]:.3f}x ({_label(table, low)}), geomean "
         f"{stats.geomean(speedups):.3f}x, max {speedups[high]:.3f}x ({_label(table, high)})."
     )
-
-
-def _percent(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,11 @@ def ratio(value: float, low: float = math.nan, high: float = math.nan) -> str:
     return f"{value:.3f}x [{low:.3f}, {high:.3f}]"
 
 
+def change(ratio: float) -> str:
+    """A ratio of two times as a change: 1.052 -> '+5.2 %'; an em dash when missing."""
+    return "—" if ratio is None or math.isnan(ratio) else f"{100 * (ratio - 1):+.1f} %"
+
+
 def flatten(value: object, prefix: str = "") -> list[tuple[str, str]]:
     """Nested metadata as (dotted key, text) pairs, for key/value tables."""
     if isinstance(value, dict):
