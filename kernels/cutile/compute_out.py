@@ -43,6 +43,17 @@ def _c_slice(C, batch, row_block, group, s, TM: int, NS: int, mma_dtype):
     )
 
 
+def _state_slice(states, batch, slot, head, s, P: int, NS: int):
+    """The (NS, P) tile of dstate slice `s` of states[batch, slot, head] (stored (p, n))."""
+    return ct.load(
+        states,
+        index=(batch, slot, head, s, 0),
+        shape=(1, 1, 1, NS, P),
+        order=(0, 1, 2, 4, 3),
+        padding_mode=ct.PaddingMode.ZERO,
+    ).reshape((NS, P))
+
+
 def _c_times_state(
     C,
     states,
@@ -64,14 +75,8 @@ def _c_times_state(
         c_s = c_first
         if s > 0:
             c_s = _c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
-        state_t = ct.load(
-            states,
-            index=(batch, slot, head, s, 0),
-            shape=(1, 1, 1, NS, P),
-            order=(0, 1, 2, 4, 3),
-            padding_mode=ct.PaddingMode.ZERO,
-        )
-        acc = ct.mma(c_s, state_t.reshape((NS, P)).astype(mma_dtype), acc)
+        state_t = _state_slice(states, batch, slot, head, s, P, NS)
+        acc = ct.mma(c_s, state_t.astype(mma_dtype), acc)
     return acc
 
 
@@ -93,9 +98,17 @@ def _carried_state(
     slices: int,
     mma_dtype,
     SEGMENTED: bool,
+    FOLD: bool,
 ):
     """C[m]·h(chunk)ᵀ for one head; with segments, h = h_local + exp(decay since the segment's
-    start)·H_segment (see fwd_pass_state)."""
+    start)·H_segment (see fwd_pass_state). FOLD (only with segments) sums the two in fp32 before
+    one mma per slice, the state passing through registers; otherwise the H term is a second
+    product whose operands come straight from memory."""
+    if FOLD:
+        return _folded_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype,
+        )  # fmt: skip
     acc = _c_times_state(
         C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
     )
@@ -118,6 +131,24 @@ def _carried_state(
                 slices,
                 mma_dtype,
             )
+    return acc
+
+
+def _folded_state(
+    C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+    TM: int, P: int, NS: int, slices: int, mma_dtype,
+):  # fmt: skip
+    """C[m]·(h_local + scale·H_segment)ᵀ with the sum in fp32, rounded once to the mma dtype as a
+    stored true state would be; H of segment 0 is zero (segment_scan), so no branch."""
+    scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1)).reshape((1, 1))
+    acc = ct.zeros((TM, P), dtype=ct.float32)
+    for s in range(slices):
+        c_s = c_first
+        if s > 0:
+            c_s = _c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
+        local = _state_slice(states, batch, chunk, head, s, P, NS).astype(ct.float32)
+        start = _state_slice(seg_start, batch, chunk // seg_len, head, s, P, NS)
+        acc = ct.mma(c_s, (local + scale * start.astype(ct.float32)).astype(mma_dtype), acc)
     return acc
 
 
@@ -315,6 +346,7 @@ def compute_out_kernel(
     RANK1: ConstBool,
     LAT: ConstInt,
     HINT: ConstBool,
+    FOLD: ConstBool,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -333,7 +365,7 @@ def compute_out_kernel(
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
     acc0 = _carried_state(
         C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
     ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
@@ -343,7 +375,7 @@ def compute_out_kernel(
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         acc1 = _carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
         ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
@@ -471,5 +503,6 @@ def compute_out_launch(
         dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
         pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
         bool(config.out_rank1), config.out_latency, bool(config.out_hint_decays),
+        segmented and bool(config.out_fold_segments),
     )  # fmt: skip
     return grid, kernel, args

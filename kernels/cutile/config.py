@@ -43,6 +43,9 @@ class SSDConfig:
     # compute_out's k-loop loads each tile's dA and dt with that loop's latency hint (1) or
     # unhinted (0).
     out_hint_decays: int = 0
+    # compute_out with segments: the segment's start state added to the carried state before one
+    # mma per dstate slice (1), or multiplied by C in a second product (0).
+    out_fold_segments: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
@@ -77,7 +80,10 @@ class SSDConfig:
                 raise ValueError(f"SSDConfig.{name} must be 1 to 10, got {getattr(self, name)}")
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
-        for name in ("state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1"):
+        for name in (
+            "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
+            "out_fold_segments",
+        ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.out_cb not in (0, 1, 2):

@@ -48,6 +48,10 @@ CASES = {
     "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),
     # Launch configurations the tuner may pick (and the GPU tests run).
     "cb-two-heads-segments": (SMALL, {"out_cb": 1, "out_heads": 2, "state_segments": 3}),
+    "two-heads-folded-segments": (
+        SMALL,
+        {"out_heads": 2, "state_segments": 3, "out_fold_segments": 1},
+    ),
     "cb-stored-in-input-dtype-rank1": (SMALL, {"out_cb": 2, "out_rank1": 1}),
     "rank1-cb-tall-rows-slices": (
         SMALL,

@@ -130,6 +130,7 @@ CONFIGS = {
     "weights-on-x-two-heads": SSDConfig(state_weight_x=1, state_heads=2, state_segments=3),
     "weights-on-b-two-heads": SSDConfig(state_weight_x=0, state_heads=2, state_segments=1),
     "cb-two-heads-segments": SSDConfig(out_cb=1, out_heads=2, state_segments=3),
+    "two-heads-folded-segments": SSDConfig(out_heads=2, state_segments=3, out_fold_segments=1),
     "cb-tall-rows": SSDConfig(out_cb=1, out_block_m=128, out_block_k=64, out_slice_n=64),
     "cb-in-input-dtype": SSDConfig(out_cb=2, out_heads=2),
     "rank1-two-heads-segments": SSDConfig(out_rank1=1, out_heads=2, state_segments=3),
