@@ -171,7 +171,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
     - up to dstate 64: four CTAs per SM of one head, the x loads of its loop at latency 8 (−1.7
-      to −2.9 % in all, change 24);
+      to −2.9 % in all, change 24), the segment's start state folded into the carried state's
+      product (−1.4 to −2.6 %; at 128 the fold spills or, for one head, loses 32 %; change 31);
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
@@ -189,7 +190,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and size.seqlen <= SHORT_WALK:
             walk = replace(walk, state_segments=1)
-        return replace(walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8)
+        return replace(
+            walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
+            out_fold_segments=1,
+        )  # fmt: skip
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
         if size is not None and size.seqlen <= SHORT_WALK:

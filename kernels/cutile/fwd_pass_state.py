@@ -260,7 +260,8 @@ def fwd_pass_state_launch(
     nblocks = -(-dstate // nb)
     hs = config.state_heads if (nheads // ngroups) % config.state_heads == 0 else 1
     segments, seg_len = _segments(
-        config.state_segments, nchunks, batch * nheads // hs * nblocks, x.device
+        config.state_segments, nchunks, batch * nheads // hs * nblocks, config.state_occupancy,
+        x.device,
     )
     device, f32 = x.device, torch.float32
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
@@ -286,16 +287,22 @@ def fwd_pass_state_launch(
     return grid, kernel, args
 
 
-def _segments(requested: int, nchunks: int, walkers: int, device: torch.device) -> tuple[int, int]:
-    """(segments, chunks per segment). 0 asks for enough walkers to fill every SM about 4 times,
-    with at least 4 chunks per segment so the H_s correction and segment_scan (serial over the
-    segments) stay a small share, except that up to one walker per SM is always allowed: on short
-    sequences with few walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32 heads), while more
-    segments lose there (docs/performance.md, change 15)."""
+def _segments(
+    requested: int, nchunks: int, walkers: int, occupancy: int, device: torch.device
+) -> tuple[int, int]:
+    """(segments, chunks per segment). 0 asks for as many walkers as the GPU runs at once (one
+    wave: `occupancy` walkers per SM, 0 counted as 1), since a partial second or third wave
+    costs a whole walk (H200, chunk 128: 2.9 to 7.1 % of the forward at 16K-64K with dstate 64
+    and 128 against 4 walkers per SM, docs/performance.md, change 31); with at least 4 chunks
+    per segment so the H_s correction and segment_scan (serial over the segments) stay a small
+    share, except that up to one walker per SM is always allowed: on short sequences with few
+    walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32 heads), while more segments lose there
+    (change 15)."""
     if requested:
         wanted = requested
     else:
         sms = sm_count(device)
-        wanted = min(-(-4 * sms // walkers), max(nchunks // 4, sms // walkers))
+        wave = max(1, sms * max(1, occupancy) // walkers)
+        wanted = min(wave, max(nchunks // 4, sms // walkers))
     seg_len = -(-nchunks // max(1, min(wanted, nchunks)))
     return -(-nchunks // seg_len), seg_len

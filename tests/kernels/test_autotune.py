@@ -179,6 +179,12 @@ def test_short_walks_at_dstate_64_in_one_segment(seqlen, segments) -> None:
         assert default_config(64, size).state_segments == segments
 
 
+@pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])
+def test_segment_start_folded_into_the_carried_state_only_up_to_dstate_64(dstate, fold) -> None:
+    for size in (None, ProblemSize(1, 1024, 32, 128), ProblemSize(1, 65536, 128, 128)):
+        assert default_config(dstate, size).out_fold_segments == fold
+
+
 @pytest.mark.parametrize(
     ("dstate", "seqlen", "state_latency", "out_latency"),
     [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 4, 4),

@@ -21,17 +21,23 @@ def h200_sms(monkeypatch) -> None:
         (16, 32, 4),  # L=4K: 4 chunks per segment (more segments lost 14 % there)
         (4, 128, 1),  # 128 walkers already fill the SMs at L=1K
         (8, 128, 2),  # then 4 chunks per segment
-        (256, 32, 16),  # L=64K: about 4 walkers per SM (17 asked, 16 segments of 16 chunks)
+        (512, 32, 8),  # L=64K: one wave of 2 walkers per SM (256 of 264), 8 segments of 64
+        (512, 128, 2),  # not 5 segments: 640 walkers would run in 3 waves
         (256, 1024, 1),
     ],
 )
-def test_auto_segments(nchunks: int, walkers: int, segments: int) -> None:
-    got, seg_len = fwd_pass_state._segments(0, nchunks, walkers, device=None)
+def test_auto_segments_fill_one_wave(nchunks: int, walkers: int, segments: int) -> None:
+    got, seg_len = fwd_pass_state._segments(0, nchunks, walkers, 2, device=None)
     assert got == segments
     assert (got - 1) * seg_len < nchunks <= got * seg_len
 
 
+def test_an_automatic_occupancy_counts_as_one_walker_per_sm() -> None:
+    assert fwd_pass_state._segments(0, 512, 32, 0, device=None) == (4, 128)
+    assert fwd_pass_state._segments(0, 512, 32, 1, device=None) == (4, 128)
+
+
 def test_requested_segments_are_clamped_to_the_chunks() -> None:
-    assert fwd_pass_state._segments(3, 6, 32, device=None) == (3, 2)
-    assert fwd_pass_state._segments(8, 4, 32, device=None) == (4, 1)
-    assert fwd_pass_state._segments(1, 256, 32, device=None) == (1, 256)
+    assert fwd_pass_state._segments(3, 6, 32, 2, device=None) == (3, 2)
+    assert fwd_pass_state._segments(8, 4, 32, 2, device=None) == (4, 1)
+    assert fwd_pass_state._segments(1, 256, 32, 2, device=None) == (1, 256)
