@@ -259,9 +259,9 @@ def fwd_pass_state_launch(
     tq = min(config.state_block_q, chunk_size)
     nblocks = -(-dstate // nb)
     hs = config.state_heads if (nheads // ngroups) % config.state_heads == 0 else 1
+    walkers = batch * nheads // hs * nblocks
     segments, seg_len = _segments(
-        config.state_segments, nchunks, batch * nheads // hs * nblocks, config.state_occupancy,
-        x.device,
+        config.state_segments, nchunks, walkers, config.state_occupancy, x.device
     )
     device, f32 = x.device, torch.float32
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
