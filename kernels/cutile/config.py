@@ -172,7 +172,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     fit without spills (change 21):
     - up to dstate 64: four CTAs per SM of one head, the x loads of its loop at latency 8 (−1.7
       to −2.9 % in all, change 24), the segment's start state folded into the carried state's
-      product (−1.4 to −2.6 %; at 128 the fold spills or, for one head, loses 32 %; change 31);
+      product (−1.4 to −2.6 %; at 128 pairs of heads fold at 167 registers, 2x slower, and one
+      head loses 18–22 %; change 31);
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
