@@ -13,6 +13,8 @@ C stays resident, the others are reloaded (from L2) per k-tile.
 
 from __future__ import annotations
 
+import math
+
 import cuda.tile as ct
 import torch
 
@@ -27,6 +29,9 @@ ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
+
+# compute_out_chunk_kernel keeps a whole chunk's (Q, Q) C·Bᵀ tile; longer chunks use row blocks.
+CHUNK_KERNEL_MAX_Q = 128
 
 
 def _c_slice(C, batch, row_block, group, s, TM: int, NS: int, mma_dtype):
@@ -258,15 +263,28 @@ def _cb_tile(
     return _c_times_b(C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype)
 
 
-def _finish(acc, x, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: int, HAS_Z: bool):
-    """Add D·x, gate with silu(z), store one head's (TM, P) output tile."""
+def _x_rows(x, batch, row_block, head, TM: int, P: int, latency=None):
+    """One head's (TM, P) rows of x at row block `row_block`, in fp32 for the D·x term."""
+    return (
+        ct.load(
+            x,
+            index=(batch, row_block, head, 0),
+            shape=(1, TM, 1, P),
+            padding_mode=ct.PaddingMode.ZERO,
+            latency=latency,
+        )
+        .reshape((TM, P))
+        .astype(ct.float32)
+    )
+
+
+def _finish(
+    acc, x_m, D, z, out, batch, row_block, head, TM: int, P: int, D_MODE: int, HAS_Z: bool
+):  # fmt: skip
+    """Add D·x (x_m: the block's x rows in fp32, unused without D), gate with silu(z), store one
+    head's (TM, P) output tile."""
     zero = ct.PaddingMode.ZERO
     if D_MODE != D_NONE:
-        x_m = (
-            ct.load(x, index=(batch, row_block, head, 0), shape=(1, TM, 1, P), padding_mode=zero)
-            .reshape((TM, P))
-            .astype(ct.float32)
-        )
         if D_MODE == D_PER_HEAD:
             d = ct.load(D, index=(head,), shape=(1,)).reshape((1, 1))
         else:
@@ -422,9 +440,76 @@ def compute_out_kernel(
                 k_tile, TK, P, mma_dtype, LAT, HINT,
             )  # fmt: skip
 
-    _finish(acc0, x, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
+    x_m0 = acc0
+    if D_MODE != D_NONE:
+        x_m0 = _x_rows(x, batch, row_block, head, TM, P)
+    _finish(acc0, x_m0, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
-        _finish(acc1, x, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
+        x_m1 = acc1
+        if D_MODE != D_NONE:
+            x_m1 = _x_rows(x, batch, row_block, head + 1, TM, P)
+        _finish(acc1, x_m1, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
+
+
+@ct.kernel
+def compute_out_chunk_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
+    seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
+    dt_out,  # (b, h, nchunks, Q) float32
+    dA_cumsum,  # (b, h, nchunks, Q) float32
+    D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
+    z,  # (b, l, h, p) (unused unless HAS_Z)
+    out,  # (b, l, h, p)
+    heads_per_group: int,
+    seg_len: int,
+    Q: ConstInt,
+    P: ConstInt,
+    N: ConstInt,
+    NS: ConstInt,
+    HL: ConstInt,
+    D_MODE: ConstInt,
+    HAS_Z: ConstBool,
+    SEGMENTED: ConstBool,
+    LAT: ConstInt,
+    HINT: ConstBool,
+    FOLD: ConstBool,
+):
+    """The same output as compute_out_kernel, one CTA per (HL heads of one group, whole chunk,
+    batch): the chunk's C·Bᵀ is computed once for all HL heads, and the heads are walked in a
+    loop, so that one head's state and x loads can be in flight during the previous head's
+    products. The causal decay is one exponential per element of the (Q, Q) tile."""
+    head0 = ct.bid(0) * HL
+    chunk = ct.bid(1)
+    batch = ct.bid(2)
+    group = head0 // heads_per_group
+    slices = N // NS
+    mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
+
+    c_first = _c_slice(C, batch, chunk, group, 0, Q, NS, mma_dtype)
+    cb = _c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
+    rows = ct.arange(Q, dtype=ct.int32)
+    causal = rows[:, None] >= rows[None, :]
+    for i in range(HL):
+        head = head0 + i
+        dA, dt = _k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
+        acc = _carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
+            Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        ) * exp2(dA)[:, None]  # fmt: skip
+        exponent = ct.where(causal, dA[:, None] - dA[None, :], -float("inf"))
+        weight = (cb * exp2(exponent) * dt[None, :]).astype(mma_dtype)
+        x_c = _x_rows(x, batch, chunk, head, Q, P, LAT)
+        acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
+        _finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
+
+
+# Two warpgroups for the chunk kernel's (Q, Q) tiles: with one, 128-row chunks spill 750-1040
+# bytes a thread at 255 or 128 registers; with two, 168 registers (CPU builds, sm_90).
+compute_out_chunk_kernel_8_warps = compute_out_chunk_kernel.replace_hints(num_worker_warps=8)
 
 
 def compute_out(
@@ -484,12 +569,27 @@ def compute_out_launch(
     d_arg = D if D is not None else torch.empty(1, device=x.device)
     z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
     heads_per_group = nheads // ngroups
-    hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
-    grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
-    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     sp = state_pass
     segmented = sp.segments > 1
     unused = torch.empty(1, 1, 1, device=x.device)
+    seg_args = (
+        sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
+        sp.seg_decay if segmented else torch.empty_like(unused),
+    )
+    fold = segmented and bool(config.out_fold_segments)
+    if config.out_chunk_heads and chunk_size <= CHUNK_KERNEL_MAX_Q:
+        hl = math.gcd(config.out_chunk_heads, heads_per_group)
+        grid = (nheads // hl, nchunks, batch)
+        kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
+        args = (
+            x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
+            heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
+            z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
+        )  # fmt: skip
+        return grid, kernel, args
+    hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
+    grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
+    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = bool(config.out_cb)
     cb = (
         chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))
@@ -497,12 +597,9 @@ def compute_out_launch(
         else torch.empty(1, 1, 1, 1, 1, device=x.device)
     )
     args = (
-        x, B, C, cb, sp.states,
-        sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
-        sp.seg_decay if segmented else torch.empty_like(unused),
-        dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group, sp.seg_len, chunk_size,
-        pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None, segmented, cb_pre,
-        bool(config.out_rank1), config.out_latency, bool(config.out_hint_decays),
-        segmented and bool(config.out_fold_segments),
+        x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
+        sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
+        segmented, cb_pre, bool(config.out_rank1), config.out_latency,
+        bool(config.out_hint_decays), fold,
     )  # fmt: skip
     return grid, kernel, args

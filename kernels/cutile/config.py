@@ -46,6 +46,9 @@ class SSDConfig:
     # compute_out with segments: the segment's start state added to the carried state before one
     # mma per dstate slice (1), or multiplied by C in a second product (0).
     out_fold_segments: int = 0
+    # compute_out as one CTA per whole chunk (up to 128 rows) walking this many heads of a group in
+    # a loop over one shared C·Bᵀ (0: CTAs of out_block_m rows; chunk_cb and out_heads unused).
+    out_chunk_heads: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
