@@ -479,7 +479,6 @@ def compute_out_chunk_kernel(
     D_MODE: ConstInt,
     HAS_Z: ConstBool,
     SEGMENTED: ConstBool,
-    RANK1: ConstBool,
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
@@ -487,68 +486,31 @@ def compute_out_chunk_kernel(
     """The same output as compute_out_kernel, one CTA per (HL heads of one group, whole chunk,
     batch): the chunk's C·Bᵀ is computed once for all HL heads, and the heads are walked in a
     loop, so that one head's state and x loads can be in flight during the previous head's
-    products. The causal decay is one exponential per element of the (Q, Q) tile, or with RANK1
-    per element of the two diagonal (Q/2, Q/2) blocks, the block below them taking a row times a
-    column factor (as compute_out_kernel's tiles below the diagonal)."""
+    products. The causal decay is one exponential per element of the (Q, Q) tile: splitting it
+    into half-chunk blocks with a row times column factor below the diagonal, as
+    compute_out_kernel does, was slower (H200, run 44)."""
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
     batch = ct.bid(2)
     group = head0 // heads_per_group
     slices = N // NS
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
-    H = Q // 2
 
     c_first = _c_slice(C, batch, chunk, group, 0, Q, NS, mma_dtype)
-    if RANK1:
-        c_top = ct.extract(c_first, (0, 0), (H, NS))
-        c_bot = ct.extract(c_first, (1, 0), (H, NS))
-        top, bot = 2 * chunk, 2 * chunk + 1  # row and k-tile indices of the halves
-        cb = _c_times_b(C, B, c_top, batch, top, group, top, H, H, NS, slices, mma_dtype)
-        cb_below = _c_times_b(C, B, c_bot, batch, bot, group, top, H, H, NS, slices, mma_dtype)
-        cb_bot = _c_times_b(C, B, c_bot, batch, bot, group, bot, H, H, NS, slices, mma_dtype)
-        rows = ct.arange(H, dtype=ct.int32)
-    else:
-        cb = _c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
-        rows = ct.arange(Q, dtype=ct.int32)
+    cb = _c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
+    rows = ct.arange(Q, dtype=ct.int32)
     causal = rows[:, None] >= rows[None, :]
     for i in range(HL):
         head = head0 + i
-        if RANK1:
-            dA_top, dt_top = _k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, H, LAT, HINT)
-            dA_bot, dt_bot = _k_decays(dA_cumsum, dt_out, batch, head, chunk, 1, H, LAT, HINT)
-            anchor = _anchor(dA_cumsum, batch, head, chunk, 1, H)
-            x_top = _x_rows(x, batch, top, head, H, P, LAT)
-            x_bot = _x_rows(x, batch, bot, head, H, P, LAT)
-            acc = _carried_state(
-                C, states, seg_start, seg_decay, c_top, batch, chunk, head, top, group, seg_len,
-                H, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * exp2(dA_top)[:, None]  # fmt: skip
-            weight = _causal_weight(cb, dA_top, dA_top, dt_top, causal, mma_dtype)
-            acc = ct.mma(weight, x_top.astype(mma_dtype), acc)
-            _finish(acc, x_top, D, z, out, batch, top, head, H, P, D_MODE, HAS_Z)
-            acc = _carried_state(
-                C, states, seg_start, seg_decay, c_bot, batch, chunk, head, bot, group, seg_len,
-                H, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * exp2(anchor)[:, None]  # fmt: skip
-            column = exp2(anchor - dA_top) * dt_top
-            acc = ct.mma(
-                (cb_below * column[None, :]).astype(mma_dtype), x_top.astype(mma_dtype), acc
-            )
-            acc = acc * exp2(dA_bot - anchor)[:, None]
-            weight = _causal_weight(cb_bot, dA_bot, dA_bot, dt_bot, causal, mma_dtype)
-            acc = ct.mma(weight, x_bot.astype(mma_dtype), acc)
-            _finish(acc, x_bot, D, z, out, batch, bot, head, H, P, D_MODE, HAS_Z)
-        else:
-            dA, dt = _k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
-            carried = _carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group,
-                seg_len, Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            )  # fmt: skip
-            x_c = _x_rows(x, batch, chunk, head, Q, P, LAT)
-            acc = carried * exp2(dA)[:, None]
-            weight = _causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-            acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
-            _finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
+        dA, dt = _k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
+        acc = _carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
+            Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        ) * exp2(dA)[:, None]  # fmt: skip
+        x_c = _x_rows(x, batch, chunk, head, Q, P, LAT)
+        weight = _causal_weight(cb, dA, dA, dt, causal, mma_dtype)
+        acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
+        _finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
 
 
 # Two warpgroups for the chunk kernel's (Q, Q) tiles: with one, 128-row chunks spill 750-1040
@@ -628,8 +590,7 @@ def compute_out_launch(
         args = (
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
-            z is not None, segmented, bool(config.out_rank1), config.out_latency,
-            bool(config.out_hint_decays), fold,
+            z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
         )  # fmt: skip
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
