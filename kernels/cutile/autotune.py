@@ -27,7 +27,13 @@ from pathlib import Path
 
 import torch
 
-from kernels.cutile.config import SSDConfig, forward_default_config
+from kernels.cutile.config import (
+    CHUNK_KERNEL_MAX_Q,
+    CHUNK_MAX_HEADS,
+    DEFAULT_CONFIG,
+    SSDConfig,
+    forward_default_config,
+)
 from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
@@ -63,11 +69,13 @@ def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
     CTA, C·Bᵀ computed inside or read from chunk_cb, and with chunk_cb whether the k-tiles'
     decays are hinted (they paid only there, change 29). The row-times-column decay follows from
     the others: off only for two heads computing C·Bᵀ inside at dstate > 128, where it spilled
-    (default_config)."""
+    (default_config). Chunks up to CHUNK_KERNEL_MAX_Q add the chunk kernel: 1 to
+    CHUNK_MAX_HEADS heads per CTA, one CTA per SM (as it builds), decays hinted or not."""
     rows = sorted({min(tm, chunk_size) for tm in (64, 128)})
     slices = sorted({min(ns, pow2_tile(dstate)) for ns in (64, 128)})
-    return [
+    candidates = [
         {
+            "out_chunk_heads": 0,
             "out_block_m": tm,
             "out_block_k": tk,
             "out_slice_n": ns,
@@ -82,6 +90,14 @@ def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
         )
         if tk <= tm and hint <= cb
     ]
+    if chunk_size <= CHUNK_KERNEL_MAX_Q:
+        unused = {k: getattr(DEFAULT_CONFIG, k) for k in candidates[0]}
+        heads = [1 << i for i in range(CHUNK_MAX_HEADS.bit_length())]
+        candidates += [
+            {**unused, "out_chunk_heads": h, "out_occupancy": 1, "out_hint_decays": hint}
+            for h, hint in itertools.product(heads, (0, 1))
+        ]
+    return candidates
 
 
 @functools.cache

@@ -19,7 +19,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cb import chunk_cb
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.launch import launch
@@ -29,9 +29,6 @@ ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
-
-# compute_out_chunk_kernel keeps a whole chunk's (Q, Q) C·Bᵀ tile; longer chunks use row blocks.
-CHUNK_KERNEL_MAX_Q = 128
 
 
 def _c_slice(C, batch, row_block, group, s, TM: int, NS: int, mma_dtype):

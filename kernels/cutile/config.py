@@ -46,8 +46,9 @@ class SSDConfig:
     # compute_out with segments: the segment's start state added to the carried state before one
     # mma per dstate slice (1), or multiplied by C in a second product (0).
     out_fold_segments: int = 0
-    # compute_out as one CTA per whole chunk (up to 128 rows) walking this many heads of a group in
-    # a loop over one shared C·Bᵀ (0: CTAs of out_block_m rows; chunk_cb and out_heads unused).
+    # compute_out as one CTA per whole chunk (up to CHUNK_KERNEL_MAX_Q rows) walking this many
+    # heads of a group in a loop over the chunk's one C·Bᵀ (0: CTAs of out_block_m rows). The
+    # chunk kernel ignores out_block_m, out_block_k, out_heads, out_cb and out_rank1.
     out_chunk_heads: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
@@ -108,6 +109,10 @@ class SSDConfig:
 
 DEFAULT_CONFIG = SSDConfig()
 
+# compute_out_chunk_kernel holds a whole chunk's (Q, Q) C·Bᵀ tile in registers; longer chunks run
+# the row-block kernel whatever out_chunk_heads says.
+CHUNK_KERNEL_MAX_Q = 128
+
 
 @dataclass(frozen=True)
 class ProblemSize:
@@ -155,6 +160,14 @@ FEW_WALKERS = 128
 # −4.1 % (128 heads) (change 30).
 SHORT_WALK = 1024
 
+# The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
+# at least CHUNK_MIN_CTAS CTAs: one fits per SM (168 registers, 8 worker warps), and fewer CTAs
+# than an H200 has SMs (132) lost (H200, chunk 128, against v12's defaults: 64K/64/256 −7.2 % with
+# 64 heads, 16K/32/256 −8.5 % with 32, 4K/32/256 −10.8 % with 8 but +18 % with 16;
+# docs/performance.md, change 32).
+CHUNK_MIN_CTAS = 128
+CHUNK_MAX_HEADS = 64
+
 
 def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     """The untuned launch configuration for a state size and a problem's size (None: a large
@@ -181,10 +194,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
       −2.5 %);
-    - at 256, chunk_cb computes C·Bᵀ once per group when there are at least CB_MIN_TILES output
-      tiles, and compute_out runs CTAs of one head with 32-column k-tiles, its loads at latency 2
-      (−1 to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
-      against three with unhinted decays; four unhinted lost 10-13 %, change 29); with fewer
+    - at 256, with at least CB_MIN_TILES output tiles: for chunks up to CHUNK_KERNEL_MAX_Q, the
+      chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over it
+      (−6 to −11 % in all, change 32); for longer chunks chunk_cb computes C·Bᵀ once per group,
+      and compute_out runs CTAs of one head with 32-column k-tiles, its loads at latency 2 (−1
+      to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
+      against three with unhinted decays; four unhinted lost 10-13 %, change 29). With fewer
       tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM.
     The row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
     computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
@@ -209,12 +224,24 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     walk = replace(
         walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
     )
+    if size is not None and size.output_tiles >= CB_MIN_TILES:
+        if size.chunk_size <= CHUNK_KERNEL_MAX_Q:
+            return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
     if size is None or size.output_tiles >= CB_MIN_TILES:
         return replace(
             walk, out_cb=1, out_rank1=1, out_heads=1, out_latency=2, out_hint_decays=1,
             out_occupancy=4, out_block_k=32,
         )  # fmt: skip
     return replace(walk, out_occupancy=2, out_heads=2)
+
+
+def chunk_heads(size: ProblemSize) -> int:
+    """Heads per CTA of compute_out_chunk_kernel: the most, up to CHUNK_MAX_HEADS, that leave
+    CHUNK_MIN_CTAS CTAs (the launch lowers it to a divisor of the heads per group)."""
+    heads = CHUNK_MAX_HEADS
+    while heads > 1 and size.output_tiles < heads * CHUNK_MIN_CTAS:
+        heads //= 2
+    return heads
 
 
 def forward_default_config(x_shape: tuple[int, ...], dstate: int, chunk_size: int) -> SSDConfig:

@@ -21,12 +21,14 @@ def test_candidates_respect_problem_sizes() -> None:
 
 
 @pytest.mark.parametrize("dstate", [64, 128, 256])
-@pytest.mark.parametrize("seqlen", [1024, 65536])
-def test_the_default_compute_out_is_among_the_candidates(dstate: int, seqlen: int) -> None:
+@pytest.mark.parametrize("seqlen", [1024, 16384, 65536])
+@pytest.mark.parametrize("chunk_size", [128, 256])
+def test_the_default_compute_out_is_among_the_candidates(dstate, seqlen, chunk_size) -> None:
     """So tuning can only pick something measured no slower than the default."""
-    config = default_config(dstate, ProblemSize(1, seqlen, 32, 256)).to_dict()
+    config = default_config(dstate, ProblemSize(1, seqlen, 32, chunk_size)).to_dict()
     config["out_slice_n"] = min(config["out_slice_n"], dstate)  # as the launch clamps it
-    candidates = autotune.out_candidates(dstate, 256)
+    config["out_block_m"] = min(config["out_block_m"], chunk_size)
+    candidates = autotune.out_candidates(dstate, chunk_size)
     assert {k: config[k] for k in candidates[0]} in candidates
 
 
@@ -210,13 +212,34 @@ def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_except_for_short_probl
     ("seqlen", "cb", "heads", "occupancy", "block_k", "hint"),
     [(1024, 0, 2, 2, 64, 0), (16384, 1, 1, 4, 32, 1), (None, 1, 1, 4, 32, 1)],
 )
-def test_compute_out_at_dstate_256_four_ctas_of_one_head_with_hinted_decays_where_chunk_cb_runs(
+def test_compute_out_at_dstate_256_chunk_256_four_ctas_of_one_head_hinted_where_chunk_cb_runs(
     seqlen, cb, heads, occupancy, block_k, hint
 ) -> None:
-    size = None if seqlen is None else ProblemSize(1, seqlen, 32, 128)
+    size = None if seqlen is None else ProblemSize(1, seqlen, 32, 256)
     config = default_config(256, size)
+    assert config.out_chunk_heads == 0
     assert (config.out_cb, config.out_heads, config.out_hint_decays) == (cb, heads, hint)
     assert (config.out_occupancy, config.out_block_k) == (occupancy, block_k)
+
+
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk_size", "heads"),
+    [(1, 65536, 64, 128, 64), (1, 16384, 32, 128, 32), (1, 4096, 32, 128, 8),
+     (2, 4096, 32, 128, 16), (1, 2048, 128, 128, 16), (1, 1024, 128, 64, 16),
+     (1, 2048, 32, 128, 0), (1, 65536, 64, 256, 0)],
+)  # fmt: skip
+def test_chunk_kernel_at_dstate_256_with_the_most_heads_that_leave_128_ctas(
+    batch, seqlen, nheads, chunk_size, heads
+) -> None:
+    """Chunks up to 128 with chunk_cb's tile count; one CTA per SM, so at least CHUNK_MIN_CTAS."""
+    size = ProblemSize(batch, seqlen, nheads, chunk_size)
+    config = default_config(256, size)
+    assert config.out_chunk_heads == heads
+    if heads:
+        assert config.out_occupancy == 1 and config.out_hint_decays == 0
+        assert size.output_tiles // heads >= 128 > size.output_tiles // (2 * heads) or heads == 64
+    for dstate in (64, 128):
+        assert default_config(dstate, size).out_chunk_heads == 0
 
 
 @pytest.mark.parametrize("dstate", [64, 128, 256])
@@ -224,6 +247,15 @@ def test_hinted_decays_are_tuned_only_with_chunk_cb(dstate: int) -> None:
     candidates = autotune.out_candidates(dstate, 256)
     assert {c["out_hint_decays"] for c in candidates if c["out_cb"]} == {0, 1}
     assert {c["out_hint_decays"] for c in candidates if not c["out_cb"]} == {0}
+
+
+@pytest.mark.parametrize(("chunk_size", "chunk_kernel"), [(64, True), (128, True), (256, False)])
+def test_chunk_kernel_candidates_only_for_chunks_it_takes(chunk_size, chunk_kernel) -> None:
+    candidates = autotune.out_candidates(256, chunk_size)
+    heads = {c["out_chunk_heads"] for c in candidates}
+    assert heads == ({0, 1, 2, 4, 8, 16, 32, 64} if chunk_kernel else {0})
+    assert all(c["out_occupancy"] == 1 for c in candidates if c["out_chunk_heads"])
+    assert len({tuple(c) for c in candidates}) == 1  # the same knobs in every candidate
 
 
 def test_output_tiles_count_partial_chunks() -> None:

@@ -3,10 +3,10 @@
 Each case is a problem and a launch configuration; what is compiled is every launch its forward
 makes, with the facts a GPU launch derives from the tensors (kernels/cutile/signatures.py,
 `forward_launches` on meta tensors). The cases cover what the default sweep launches (bf16, P=64,
-N 64/128/256 at chunk 256 and 128, segmented walks or not, chunk_cb or not) plus the option
-branches (fp32/TF32, fp16, z, D per head-dim, initial and final states, a ragged last chunk) and
-the launch configurations the GPU tests run, so a kernel that stops compiling fails CI without a
-GPU.
+N 64/128/256 at chunk 256 and 128, segmented walks or not, chunk_cb or the chunk kernel or
+neither) plus the option branches (fp32/TF32, fp16, z, D per head-dim, initial and final
+states, a ragged last chunk) and the launch configurations the GPU tests run, so a kernel that
+stops compiling fails CI without a GPU.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ CASES = {
     "N128-one-segment": (parse_shape("1024:128:128"), {}),
     "N256-chunk-cb": (parse_shape("16384:64:256"), {}),
     "N256-chunk128-few-heads": (parse_shape("2048:32:256:128"), {}),
+    "N256-chunk128-chunk-kernel": (parse_shape("4096:32:256:128"), {}),
     # Option branches.
     "fp32-z-init-final-ragged": (FP32_Z_RAGGED, {}),
     "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),
@@ -70,6 +71,18 @@ CASES = {
         replace(SMALL, dstate=256),
         {"out_rank1": 1, "out_heads": 2, "state_segments": 2},
     ),  # fmt: skip
+    "chunk-kernel-segments": (
+        replace(SMALL, chunk_size=128),
+        {"out_chunk_heads": 4, "out_occupancy": 1, "state_segments": 3},
+    ),
+    "chunk-kernel-folded-fp32-z-ragged": (
+        replace(FP32_Z_RAGGED, chunk_size=64),
+        {"out_chunk_heads": 8, "state_segments": 3, "out_fold_segments": 1},
+    ),
+    "chunk-kernel-N256-fp16-D-per-headdim-hinted": (
+        replace(FP16_D_PER_HEADDIM, chunk_size=128, dstate=256),
+        {"out_chunk_heads": 16, "out_occupancy": 1, "out_hint_decays": 1},
+    ),
     "plain-launches-latency-hints": (
         SMALL,
         {"dependent_launch": 0, "state_latency": 2, "out_latency": 8},
@@ -83,7 +96,9 @@ CASES = {
 def test_every_launch_of_the_forward_compiles(case: str, arch: str) -> None:
     problem, overrides = CASES[case]
     launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, overrides))
-    assert {name for name, _, _ in launches} >= {"chunk_cumsum_kernel", "compute_out_kernel"}
+    names = {name for name, _, _ in launches}
+    assert "chunk_cumsum_kernel" in names
+    assert names & {"compute_out_kernel", "compute_out_chunk_kernel"}
     for name, kernel, signature in launches:
         cubin = io.BytesIO()
         export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
@@ -102,5 +117,5 @@ def test_the_cases_cover_every_kernel() -> None:
     }
     assert names == {
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "chunk_cb_kernel",
-        "compute_out_kernel",
+        "compute_out_kernel", "compute_out_chunk_kernel",
     }  # fmt: skip

@@ -69,6 +69,7 @@ CASES = {
     "no-final": dict(return_final_states=False, has_z=True),
     "batch3": dict(batch=3, seqlen=600, has_initial_states=True),
     "default-sweep-point": dict(seqlen=4096, nheads=64, dstate=128, return_final_states=False),
+    "N256-Q128-chunk-kernel": dict(seqlen=4096, nheads=32, dstate=256, chunk_size=128),
     "models-codestral": dict(seqlen=2048, nheads=128, ngroups=8, dstate=128),
 }
 
@@ -157,6 +158,33 @@ def test_launch_configurations(name: str) -> None:
         BASE, seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128, has_initial_states=True
     )
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
+
+
+# compute_out_chunk_kernel (chunks up to 128) beyond its default (the N256-Q128 case above):
+# forced segments from initial states with a ragged tail and groups; the segment start folded,
+# fp32 (TF32) with z at chunk 64; dstate 256 in fp16 with D per head-dim, z and hinted decays.
+CHUNK_KERNEL_CASES = {
+    "chunk-kernel-segments-initial-ragged": (
+        dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=128, has_initial_states=True),
+        SSDConfig(out_chunk_heads=4, out_occupancy=1, state_segments=3),
+    ),
+    "chunk-kernel-folded-fp32-z": (
+        dict(seqlen=1000, chunk_size=64, dtype="float32", has_z=True),
+        SSDConfig(out_chunk_heads=8, out_occupancy=1, state_segments=3, out_fold_segments=1),
+    ),
+    "chunk-kernel-N256-fp16-D-per-headdim": (
+        dict(seqlen=700, chunk_size=128, nheads=16, ngroups=2, dstate=256, dtype="float16",
+             D_has_hdim=True, has_z=True),
+        SSDConfig(out_chunk_heads=16, out_occupancy=1, out_hint_decays=1),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CHUNK_KERNEL_CASES))
+def test_chunk_kernel_configurations(name: str) -> None:
+    fields, config = CHUNK_KERNEL_CASES[name]
+    problem = replace(BASE, **fields)
+    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
 
 @pytest.mark.parametrize(

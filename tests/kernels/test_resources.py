@@ -136,7 +136,7 @@ def test_the_hinted_decays_change_the_machine_code_and_a_repeat_does_not() -> No
     from kernels.cutile.signatures import forward_launches
     from scripts.variants import parse_shape, point_config
 
-    problem = parse_shape("65536:32:256:128")
+    problem = parse_shape("65536:32:256:256")  # the row kernel, with chunk_cb
 
     def digest(overrides: dict) -> tuple[int, str]:
         config = point_config(problem, overrides)
