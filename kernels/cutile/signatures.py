@@ -28,6 +28,7 @@ from cuda.tile.compilation import (
 from kernels.cutile.chunk_cb import chunk_cb_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
+from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import SSDConfig
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
 from kernels.cutile.segment_scan import segment_scan_kernel
@@ -38,6 +39,7 @@ KERNELS = {
     "segment_scan_kernel": segment_scan_kernel,
     "chunk_cb_kernel": chunk_cb_kernel,
     "compute_out_kernel": compute_out_kernel,
+    "compute_out_chunk_kernel": compute_out_chunk_kernel_8_warps,
 }
 
 
