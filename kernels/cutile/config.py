@@ -201,8 +201,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
       against three with unhinted decays; four unhinted lost 10-13 %, change 29). With fewer
       tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM.
-    The row-times-column decay below the diagonal (`out_rank1`) everywhere but at 256 with C·Bᵀ
-    computed inside: there it spills (2K/32/256: compute_out 32 → 53 µs).
+    The row-times-column decay below the diagonal (`out_rank1`) in the row-block kernel
+    everywhere but at 256 with C·Bᵀ computed inside: there it spills (2K/32/256: compute_out 32 →
+    53 µs).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
@@ -224,9 +225,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     walk = replace(
         walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
     )
-    if size is not None and size.output_tiles >= CB_MIN_TILES:
-        if size.chunk_size <= CHUNK_KERNEL_MAX_Q:
-            return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
+    whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
+    if whole_chunks and size.output_tiles >= CB_MIN_TILES:
+        return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
     if size is None or size.output_tiles >= CB_MIN_TILES:
         return replace(
             walk, out_cb=1, out_rank1=1, out_heads=1, out_latency=2, out_hint_decays=1,
