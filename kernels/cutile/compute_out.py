@@ -35,27 +35,12 @@ from kernels.cutile.out_tiles import (
     causal_weight,
     finish,
     k_decays,
-    x_rows,
+    x_tile,
 )
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
-
-
-def _x_tile(x, batch, head, k_tile, TK: int, P: int, mma_dtype, LAT: int):
-    """One head's (TK, P) tile of x at sequence tile k_tile, LAT its load's latency hint."""
-    return (
-        ct.load(
-            x,
-            index=(batch, k_tile, head, 0),
-            shape=(1, TK, 1, P),
-            padding_mode=ct.PaddingMode.ZERO,
-            latency=LAT,
-        )
-        .reshape((TK, P))
-        .astype(mma_dtype)
-    )
 
 
 def _intra_chunk(
@@ -80,7 +65,7 @@ def _intra_chunk(
     """acc + (C·Bᵀ ⊙ decay ⊙ dt)·x over one k-tile for one head; exponent −inf off the mask."""
     dA_k, dt_k = k_decays(dA_cumsum, dt_out, batch, head, chunk, k_block, TK, LAT, HINT)
     weight = causal_weight(cb, dA_m, dA_k, dt_k, causal, mma_dtype)
-    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype, LAT), acc)
+    return ct.mma(weight, x_tile(x, batch, k_tile, head, TK, P, mma_dtype, LAT), acc)
 
 
 def _below_diagonal(
@@ -94,7 +79,7 @@ def _below_diagonal(
     dA_k, dt_k = k_decays(dA_cumsum, dt_out, batch, head, chunk, k_block, TK, LAT, HINT)
     column = exp2(anchor - dA_k) * dt_k
     weight = (cb * column[None, :]).astype(mma_dtype)
-    return ct.mma(weight, _x_tile(x, batch, head, k_tile, TK, P, mma_dtype, LAT), acc)
+    return ct.mma(weight, x_tile(x, batch, k_tile, head, TK, P, mma_dtype, LAT), acc)
 
 
 def _cb_tile(
@@ -244,12 +229,12 @@ def compute_out_kernel(
 
     x_m0 = acc0
     if D_MODE != D_NONE:
-        x_m0 = x_rows(x, batch, row_block, head, TM, P)
+        x_m0 = x_tile(x, batch, row_block, head, TM, P, ct.float32)
     finish(acc0, x_m0, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
         x_m1 = acc1
         if D_MODE != D_NONE:
-            x_m1 = x_rows(x, batch, row_block, head + 1, TM, P)
+            x_m1 = x_tile(x, batch, row_block, head + 1, TM, P, ct.float32)
         finish(acc1, x_m1, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
 
 

@@ -19,7 +19,7 @@ from kernels.cutile.out_tiles import (
     causal_weight,
     finish,
     k_decays,
-    x_rows,
+    x_tile,
 )
 
 ConstInt = ct.Constant[int]
@@ -71,7 +71,7 @@ def compute_out_chunk_kernel(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
             Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
         ) * exp2(dA)[:, None]  # fmt: skip
-        x_c = x_rows(x, batch, chunk, head, Q, P, LAT)
+        x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
         weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
         acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
         finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)

@@ -173,18 +173,19 @@ def causal_weight(cb, dA_m, dA_k, dt_k, causal, mma_dtype):
     return (cb * exp2(exponent) * dt_k[None, :]).astype(mma_dtype)
 
 
-def x_rows(x, batch, row_block, head, TM: int, P: int, latency=None):
-    """One head's (TM, P) rows of x at row block `row_block`, in fp32 for the D·x term."""
+def x_tile(x, batch, block, head, T: int, P: int, dtype, latency=None):
+    """One head's (T, P) rows of x at sequence block `block` (in units of T), cast to `dtype`:
+    the mma operand, or fp32 for the D·x term."""
     return (
         ct.load(
             x,
-            index=(batch, row_block, head, 0),
-            shape=(1, TM, 1, P),
+            index=(batch, block, head, 0),
+            shape=(1, T, 1, P),
             padding_mode=ct.PaddingMode.ZERO,
             latency=latency,
         )
-        .reshape((TM, P))
-        .astype(ct.float32)
+        .reshape((T, P))
+        .astype(dtype)
     )
 
 
