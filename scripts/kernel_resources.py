@@ -85,14 +85,14 @@ def main() -> int:
     if args.sass and tool is None:
         parser.error("--sass needs nvdisasm (on PATH, or in the triton package)")
     sass_header = f" {'instrs':>6} {'sass':<12}" if tool else ""
-    print(f"{'point':<26} {'variant':<10} {'kernel':<22} {'regs':>5} {'local B':>8} "
+    print(f"{'point':<26} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
           f"{'shared KB':>9}{sass_header}")  # fmt: skip
     for point, variant, name, kernel, signature in launches:
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
         sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if tool else ""
         shared_kb = res.shared_bytes / 1024
-        print(f"{point[:26]:<26} {variant[:10]:<10} {name:<22} {res.registers:>5} "
+        print(f"{point[:26]:<26} {variant[:10]:<10} {name:<24} {res.registers:>5} "
               f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
     return 0
 
