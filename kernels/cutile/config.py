@@ -152,6 +152,13 @@ SHORT_POSITIONS = 65536
 # −6 %, change 20), a difference of the code the compiler makes.
 FEW_WALKERS = 128
 
+# At dstate 256, more walkers of 64 state columns than this (two CTAs per SM on an H200's 132 SMs)
+# run in two waves, each as long as the whole walk; walkers of 128 columns halve them into one
+# (H200, chunk 128: 64K/128/256 walk 1.369 → 1.115 ms, −6.6 % in all; 16K/128/256 −8.7 %). With
+# one wave already, 128 columns lose (64K/64/256 +3.3 %, 64K/32/256 +20 %; docs/performance.md,
+# change 33).
+WAVE_WALKERS = 264
+
 # Sequences up to this long walk each state slice in one segment: segment_scan's launch costs
 # more than a walk of at most 8 chunks of 128. At dstate 128, of 64-column walkers (H200: −4.4 %
 # at 1K/32/128, −1 % at 1K/64/128; +14 % at 2K/32/128) taking 128 rows per mma step (−4.8 % at
@@ -182,7 +189,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     SHORT_WALK, with its loads at latency 2 (−1.5 % in all at 64K/128/128, change 24); from 256
     on one segment (the walkers already fill the GPU, and the segment correction would cost
     compute_out ~14 %), with 32 state columns per CTA where 64 would leave SMs without a walker
-    and launches are chained.
+    and launches are chained, and 128 where 64 would need a second wave.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -221,10 +228,13 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         else:
             walk = replace(walk, state_block_n=128)
         return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
-    few_walkers = size is not None and size.batch * size.nheads * (256 // 64) <= FEW_WALKERS
-    walk = replace(
-        walk, state_block_n=32 if few_walkers and short else 64, state_block_q=256, state_segments=1
-    )
+    walkers = 0 if size is None else size.batch * size.nheads * (256 // 64)
+    block_n = 64
+    if size is not None and walkers <= FEW_WALKERS and short:
+        block_n = 32
+    elif walkers > WAVE_WALKERS:
+        block_n = 128
+    walk = replace(walk, state_block_n=block_n, state_block_q=256, state_segments=1)
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CB_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)

@@ -160,6 +160,20 @@ def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches
 
 
 @pytest.mark.parametrize(
+    ("batch", "nheads", "block_n"),
+    [(1, 64, 64), (1, 66, 64), (1, 67, 128), (1, 128, 128), (2, 64, 128)],
+)
+def test_wide_walkers_at_dstate_256_where_64_columns_need_a_second_wave(
+    batch, nheads, block_n
+) -> None:
+    """More than WAVE_WALKERS (264) walkers of 64 columns (batch × heads × 4) take 128 columns,
+    at any length."""
+    for seqlen in (1024, 65536):
+        size = ProblemSize(batch, seqlen, nheads, 128)
+        assert default_config(256, size).state_block_n == block_n
+
+
+@pytest.mark.parametrize(
     ("seqlen", "walk"),
     [(1024, (1, 64, 128)), (2048, (0, 128, 64)), (65536, (0, 128, 64)), (None, (0, 128, 64))],
 )

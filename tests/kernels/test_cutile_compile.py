@@ -44,6 +44,7 @@ CASES = {
     "N256-chunk-cb": (parse_shape("16384:64:256"), {}),
     "N256-chunk128-few-heads": (parse_shape("2048:32:256:128"), {}),
     "N256-chunk128-chunk-kernel": (parse_shape("4096:32:256:128"), {}),
+    "N256-chunk128-wide-walkers": (parse_shape("4096:128:256:128"), {}),
     # Option branches.
     "fp32-z-init-final-ragged": (FP32_Z_RAGGED, {}),
     "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),

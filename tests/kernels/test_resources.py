@@ -17,7 +17,7 @@ import pytest
 from kernels.cutile.resources import nvdisasm, read_cubin, sass_digest
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-547d24c.jsonl"
+SYMBOLS = RUNS / "symbols-50a4a77.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
@@ -52,7 +52,7 @@ def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
 
 @pytest.mark.slow
 def test_a_kernel_name_the_gpu_launched_compiles_as_its_launch_does() -> None:
-    """compute_out at 64K/128/128 as the H200 launched it at 82664a7 (its mangled name, as a
+    """compute_out at 64K/128/128 as the H200 launched it at 50a4a77 (its mangled name, as a
     profiler shows it, read back by `from_symbol`) compiles to what the CPU builds for that launch:
     three CTAs per SM fit (at most 80 registers a thread, no spills)."""
     rows = [json.loads(line) for line in SYMBOLS.read_text().splitlines()]
