@@ -1,11 +1,15 @@
 """Regression gate: compare the cuTile-over-Triton speedup of a candidate run with a baseline run.
 
     python -m harness.gate --baseline RUN --candidate RUN [--mode graph] [--tolerance 0.05]
-        [--floor X] [--require-points all|KEY,KEY|FILE] [--allow-different-gpus]
-        [--allow-different-settings] [--fail-on-ambiguous] [--report-md PATH] [--report-json PATH]
+        [--metric speedup|cutile-time] [--floor X] [--require-points all|KEY,KEY|FILE]
+        [--allow-different-gpus] [--allow-different-settings] [--fail-on-ambiguous]
+        [--report-md PATH] [--report-json PATH]
 
 Verdict per point, from each run's speedup S and its interval [lo, hi] (analysis.speedups:
-the extreme-end combination of the two recorded 95 % CIs of the median), change = S_cand / S_base:
+the extreme-end combination of the two recorded 95 % CIs of the median), change = S_cand / S_base.
+With --metric cutile-time, S is cuTile's own rate, 1 / its median time, with the interval of its
+recorded CI, so Triton's run-to-run changes (its per-point autotune picks) cannot fail a point;
+a point is then timed when cuTile's status is ok, whatever Triton's:
 
     slower     candidate interval entirely below the baseline's (hi_cand < lo_base) and
                change < 1 - tolerance                                      -> fails
@@ -45,6 +49,8 @@ from harness import analysis, markdown, records
 from harness.config import LEGACY_SETTINGS
 
 FAILING = ("slower", "broken")
+#: What a verdict compares: the speedup over Triton, or cuTile's own time (module doc).
+METRICS = ("speedup", "cutile-time")
 TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
 #: Settings of meta["config"] (dotted paths into runner.MEASUREMENT_KEYS) whose difference makes two
 #: runs' speedups measure different things: what cuTile and Triton run (tune, triton_autotune,
@@ -172,15 +178,39 @@ def floor_flag(cand: float, cand_high: float, floor: float | None) -> str:
     return "near" if cand < floor else ""
 
 
+def with_metric(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """A speedups() table with the compared value, its interval and whether it was timed:
+    `value`, `value_low`, `value_high`, `value_timed` (higher value: cuTile better off)."""
+    table = table.copy()
+    if metric == "speedup":
+        table["value"], table["value_low"] = table["speedup"], table["speedup_low"]
+        table["value_high"], table["value_timed"] = table["speedup_high"], table["timed"]
+        return table
+    timed = table["candidate_status"] == "ok"
+    table["value"] = (1.0 / table["candidate_median_ms"]).where(timed)
+    table["value_low"] = (1.0 / table["candidate_ci_high_ms"]).where(timed)
+    table["value_high"] = (1.0 / table["candidate_ci_low_ms"]).where(timed)
+    table["value_timed"] = timed
+    return table
+
+
 def compare(
-    base: pd.DataFrame, cand: pd.DataFrame, tolerance: float, floor: float | None
+    base: pd.DataFrame,
+    cand: pd.DataFrame,
+    tolerance: float,
+    floor: float | None,
+    metric: str = "speedup",
 ) -> pd.DataFrame:
-    """Point-by-point comparison of two speedups() tables (outer join on the point key)."""
+    """Point-by-point comparison of two speedups() tables (outer join on the point key), the
+    verdict on `metric` (METRICS); `change` is that metric's candidate over baseline value."""
     shape = [*analysis.SHAPE_COLUMNS, "dtype"]
     keep = [
         "point",
         *shape,
-        "timed",
+        "value",
+        "value_low",
+        "value_high",
+        "value_timed",
         "speedup",
         "speedup_low",
         "speedup_high",
@@ -191,8 +221,12 @@ def compare(
         "candidate_status",
         "candidate_error",
     ]
-    joined = base[keep].merge(
-        cand[keep], on="point", how="outer", suffixes=("_b", "_c"), indicator="presence"
+    joined = with_metric(base, metric)[keep].merge(
+        with_metric(cand, metric)[keep],
+        on="point",
+        how="outer",
+        suffixes=("_b", "_c"),
+        indicator="presence",
     )
     out = pd.DataFrame(
         {
@@ -204,7 +238,7 @@ def compare(
             "candidate_speedup": joined["speedup_c"],
             "candidate_low": joined["speedup_low_c"],
             "candidate_high": joined["speedup_high_c"],
-            "change": joined["speedup_c"] / joined["speedup_b"],
+            "change": joined["value_c"] / joined["value_b"],
             # Which side moved: each provider's median in the candidate run over the baseline's.
             # A speedup can drop because Triton got faster, which a gate on speedups rightly
             # flags but a reader must not take for a slower cuTile.
@@ -240,19 +274,19 @@ def _point_verdict(row, tolerance: float) -> str:
         return "missing"
     if row.presence == "right_only":
         return "new"
-    if row.timed_b and row.timed_c:
+    if row.value_timed_b and row.value_timed_c:
         return verdict(
-            row.speedup_b,
-            row.speedup_low_b,
-            row.speedup_high_b,
-            row.speedup_c,
-            row.speedup_low_c,
-            row.speedup_high_c,
+            row.value_b,
+            row.value_low_b,
+            row.value_high_b,
+            row.value_c,
+            row.value_low_c,
+            row.value_high_c,
             tolerance,
         )
-    if row.timed_b:
+    if row.value_timed_b:
         return "broken"
-    return "fixed" if row.timed_c else "untimed"
+    return "fixed" if row.value_timed_c else "untimed"
 
 
 def required_points(spec: str | None, baseline_points: list[str]) -> list[str]:
@@ -279,6 +313,7 @@ def run_gate(
     allow_different_gpus: bool = False,
     fail_on_ambiguous: bool = False,
     allow_different_settings: bool = False,
+    metric: str = "speedup",
 ) -> Outcome:
     """Compare two loaded runs; GateInputError for what makes them incomparable."""
     notes = []
@@ -319,7 +354,7 @@ def run_gate(
                 f"{run.label} lacks {len(absent)} required point(s) in {mode} mode: "
                 f"{', '.join(absent[:3])}{more}"
             )
-    points = compare(base_sp, cand_sp, tolerance, floor)
+    points = compare(base_sp, cand_sp, tolerance, floor, metric)
     shared = points[~points["verdict"].isin(("missing", "new"))]
     if shared.empty:
         raise GateInputError(f"no point in common between the runs in {mode} mode")
@@ -327,9 +362,8 @@ def run_gate(
     points["fails"] = failing
     timed = int(points["verdict"].isin(TIMED_VERDICTS).sum())
     if not failing.any() and timed == 0:
-        raise GateInputError(
-            f"no point has both providers timed (status ok) in both runs in {mode} mode"
-        )
+        who = "both providers" if metric == "speedup" else "cutile"
+        raise GateInputError(f"no point has {who} timed (status ok) in both runs in {mode} mode")
     counts = points["verdict"].value_counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if v in counts)
     below = int((points["floor"] == "below").sum())
@@ -376,10 +410,16 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
     ]
     lines += [markdown.table(("run", "run id", "GPU", "commit", "path"), run_rows), ""]
     floor = settings.get("floor")
+    compared = (
+        "the speedup"
+        if settings.get("metric", "speedup") == "speedup"
+        else "cuTile's own time (Triton's is shown, not judged)"
+    )
     lines.append(
-        f"Speedup = triton time / cutile time, {settings['mode']} mode; tolerance "
-        f"{100 * settings['tolerance']:g} %; floor {f'{floor:g}x' if floor else 'none'}. "
-        "A point is *slower* only when its speedup interval lies wholly below the baseline's and "
+        f"Speedup = triton time / cutile time, {settings['mode']} mode; verdicts on {compared}; "
+        f"tolerance {100 * settings['tolerance']:g} %; floor "
+        f"{f'{floor:g}x' if floor else 'none'}. "
+        "A point is *slower* only when its interval lies wholly below the baseline's and "
         "the drop exceeds the tolerance; *ambiguous* means the runs are too noisy to tell."
     )
     lines += [f"> {note}" for note in outcome.notes]
@@ -435,7 +475,7 @@ def _points_table(points: pd.DataFrame) -> str:
         "point",
         "baseline speedup",
         "candidate speedup",
-        "change",
+        "judged change",
         "time change cutile / triton",
         "verdict",
         "status (triton/cutile)",
@@ -457,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.05,
         help="relative speedup change that matters (default 0.05)",
     )
+    parser.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="speedup",
+        help="judge the speedup over Triton (default) or cuTile's own time",
+    )
     parser.add_argument("--floor", type=float, help="fail a point whose speedup is surely below")
     parser.add_argument("--require-points", help="all | comma-separated point keys | file")
     parser.add_argument("--allow-different-gpus", action="store_true")
@@ -474,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {
         "mode": args.mode,
         "tolerance": args.tolerance,
+        "metric": args.metric,
         "floor": args.floor,
         "require_points": args.require_points,
         "allow_different_gpus": args.allow_different_gpus,
@@ -499,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             args.allow_different_gpus,
             args.fail_on_ambiguous,
             args.allow_different_settings,
+            args.metric,
         )
     except GateInputError as exc:
         outcome = Outcome(2, f"gate: unusable input: {exc}")

@@ -94,6 +94,58 @@ def test_a_crafted_regression_is_caught(capsys, tmp_path: Path, baseline: Path) 
     assert all(p["cutile_time_change"] == pytest.approx(1.4 / 1.2) for p in slow)
 
 
+def _triton_faster_at_16k(tmp_path: Path) -> Path:
+    """A candidate whose Triton rows at L=16K are 20 % faster (median and CI), cuTile unchanged:
+    what a per-point autotune pick does to the speedup."""
+    table = synthetic_table()
+    rows = (table["provider"] == "triton") & (table["seqlen"] == 16384)
+    for column in ("median_ms", "ci_low_ms", "ci_high_ms", "p10_ms", "p90_ms"):
+        table.loc[rows, column] *= 0.8
+    return write_run(tmp_path / "cand", table, synthetic_meta())
+
+
+def test_triton_getting_faster_fails_the_speedup_but_not_cutile_time(
+    capsys, tmp_path: Path, baseline: Path
+) -> None:
+    triton_faster = _triton_faster_at_16k(tmp_path)
+    code, out, _ = run(capsys, baseline, triton_faster)
+    assert code == 1 and "4 slower" in out and "(time: cutile +0.0 %, triton -20.0 %)" in out
+    js = tmp_path / "gate.json"
+    code, out, _ = run(
+        capsys, baseline, triton_faster, "--metric", "cutile-time", "--report-json", str(js)
+    )
+    assert code == 0 and out.startswith("gate: PASS: 12 point(s) compared (12 same)")
+    result = json.loads(js.read_text())
+    assert result["settings"]["metric"] == "cutile-time"
+    assert [p["change"] for p in result["points"]] == [pytest.approx(1.0)] * 12
+
+
+def test_cutile_time_catches_a_slower_cutile(capsys, tmp_path: Path, baseline: Path) -> None:
+    slow_long = build_run(
+        tmp_path / "cand", speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4, ci_rel=0.01
+    )
+    md = tmp_path / "gate.md"
+    code, out, _ = run(
+        capsys, baseline, slow_long, "--metric", "cutile-time", "--report-md", str(md)
+    )
+    assert code == 1 and "FAIL: 4 point(s) regressed (4 slower, 8 same)" in out
+    assert "verdicts on cuTile's own time" in md.read_text()
+    assert "-14.3 %" in md.read_text()  # the judged change: cuTile's rate, 1.2 / 1.4
+
+
+def test_cutile_time_compares_points_where_only_triton_failed(
+    capsys, tmp_path: Path, baseline: Path
+) -> None:
+    table = synthetic_table()
+    point = table["point"].iloc[0]
+    table.loc[(table["point"] == point) & (table["provider"] == "triton"), "status"] = "error"
+    triton_broken = write_run(tmp_path / "cand", table, synthetic_meta())
+    code, out, _ = run(capsys, baseline, triton_broken)
+    assert code == 1 and f"broken: {point}" in out
+    code, out, _ = run(capsys, baseline, triton_broken, "--metric", "cutile-time")
+    assert code == 0 and "12 same" in out
+
+
 def test_noisy_but_equal_runs_pass(capsys, tmp_path: Path) -> None:
     # Same true speedup; each run's medians jitter by ~1.5 % and its CIs say +-3 %.
     noisy = {"jitter": 0.015, "ci_rel": 0.03}
