@@ -133,13 +133,18 @@ def test_cutile_time_catches_a_slower_cutile(capsys, tmp_path: Path, baseline: P
     assert "-14.3 %" in md.read_text()  # the judged change: cuTile's rate, 1.2 / 1.4
 
 
+def _one_point_failed(tmp_path: Path, provider: str, status: str) -> tuple[Path, str]:
+    """A candidate run whose first point has `status` for `provider`; (run, point key)."""
+    table = synthetic_table()
+    point = table["point"].iloc[0]
+    table.loc[(table["point"] == point) & (table["provider"] == provider), "status"] = status
+    return write_run(tmp_path / "cand", table, synthetic_meta()), point
+
+
 def test_cutile_time_compares_points_where_only_triton_failed(
     capsys, tmp_path: Path, baseline: Path
 ) -> None:
-    table = synthetic_table()
-    point = table["point"].iloc[0]
-    table.loc[(table["point"] == point) & (table["provider"] == "triton"), "status"] = "error"
-    triton_broken = write_run(tmp_path / "cand", table, synthetic_meta())
+    triton_broken, point = _one_point_failed(tmp_path, "triton", "error")
     code, out, _ = run(capsys, baseline, triton_broken)
     assert code == 1 and f"broken: {point}" in out
     code, out, _ = run(capsys, baseline, triton_broken, "--metric", "cutile-time")
@@ -164,10 +169,7 @@ def test_a_noisy_drop_is_ambiguous_not_a_failure(capsys, tmp_path: Path, baselin
 
 
 def test_a_point_that_stopped_working_fails(capsys, tmp_path: Path, baseline: Path) -> None:
-    table = synthetic_table()
-    point = table["point"].iloc[0]
-    table.loc[(table["point"] == point) & (table["provider"] == "cutile"), "status"] = "wrong"
-    broken = write_run(tmp_path / "cand", table, synthetic_meta())
+    broken, point = _one_point_failed(tmp_path, "cutile", "wrong")
     code, out, _ = run(capsys, baseline, broken)
     assert code == 1 and f"broken: {point}" in out
 

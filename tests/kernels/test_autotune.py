@@ -146,31 +146,26 @@ def test_launches_chained_only_up_to_64k_positions_times_heads(batch, seqlen, nh
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "nheads", "block_n"),
-    [(1024, 32, 32), (2048, 16, 32), (1024, 33, 64), (1024, 64, 64), (4096, 32, 64)],
+    ("batch", "seqlen", "nheads", "block_n"),
+    [
+        (1, 1024, 32, 32),
+        (1, 2048, 16, 32),
+        (1, 1024, 33, 64),
+        (1, 1024, 64, 64),
+        (1, 4096, 32, 64),
+        (1, 65536, 66, 64),
+        (1, 1024, 67, 128),
+        (1, 65536, 128, 128),
+        (2, 1024, 64, 128),
+    ],
 )
-def test_narrow_walkers_at_dstate_256_only_for_few_walkers_with_chained_launches(
-    seqlen, nheads, block_n
-) -> None:
-    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, and with
-    chained launches, 32-column walkers double their number."""
-    size = ProblemSize(1, seqlen, nheads, 256)
+def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, block_n) -> None:
+    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, with
+    chained launches, take 32 columns, doubling them; more than WAVE_WALKERS (264) take 128, one
+    wave instead of two; a problem of unknown size takes 64."""
+    size = ProblemSize(batch, seqlen, nheads, 256)
     assert default_config(256, size).state_block_n == block_n
     assert default_config(256).state_block_n == 64
-
-
-@pytest.mark.parametrize(
-    ("batch", "nheads", "block_n"),
-    [(1, 64, 64), (1, 66, 64), (1, 67, 128), (1, 128, 128), (2, 64, 128)],
-)
-def test_wide_walkers_at_dstate_256_where_64_columns_need_a_second_wave(
-    batch, nheads, block_n
-) -> None:
-    """More than WAVE_WALKERS (264) walkers of 64 columns (batch × heads × 4) take 128 columns,
-    at any length."""
-    for seqlen in (1024, 65536):
-        size = ProblemSize(batch, seqlen, nheads, 128)
-        assert default_config(256, size).state_block_n == block_n
 
 
 @pytest.mark.parametrize(
