@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tolerance",
         type=float,
         default=0.05,
-        help="relative speedup change that matters (default 0.05)",
+        help="relative change of the judged metric that matters (default 0.05)",
     )
     parser.add_argument(
         "--metric",
