@@ -10,11 +10,6 @@ and fed straight into the next mma. The causal mask is applied to the exponent
 consumed in NS-wide slices so that large states still fit the occupancy hint; the first slice of
 C stays resident, the others are reloaded (from L2) per k-tile. With `out_chunk_heads` the launch
 takes compute_out_chunk.py's kernel instead (whole chunks, many heads per CTA).
-
-With `out_split` the kernel runs in two parts (PART): the intra-chunk sum, which needs only
-chunk_cumsum's output, into an fp32 buffer on a second stream while the state walk runs, then the
-carried state's product plus that sum and the epilogue once the walk is done. Short problems'
-walks leave most SMs idle; the first part fills them.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
-from kernels.cutile.launch import beside, join_beside, launch
+from kernels.cutile.launch import launch
 from kernels.cutile.out_tiles import (
     D_NONE,
     D_PER_HEAD,
@@ -46,10 +41,6 @@ from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
-
-# compute_out_kernel's PART: the whole output, the intra-chunk sum alone, or what the split
-# leaves (the carried state's product plus the stored sum, and the epilogue).
-WHOLE, INTRA, REST = 0, 1, 2
 
 
 def _intra_chunk(
@@ -130,34 +121,6 @@ def _start_scale(dA_m, anchor, TM: int, RANK1: bool):
     return scale
 
 
-def _start(
-    C, states, seg_start, seg_decay, partial, c_first, dA_m, anchor, batch, chunk, head,
-    row_block, group, seg_len, TM: int, P: int, NS: int, slices: int, mma_dtype,
-    SEGMENTED: bool, FOLD: bool, RANK1: bool, PART: int,
-):  # fmt: skip
-    """One head's accumulator before the causal k-loop: the carried state's product, scaled
-    (`_start_scale`), zero for the INTRA part, and for the REST part plus the stored intra-chunk
-    sum (the k-loop is then empty)."""
-    if PART == INTRA:
-        return ct.zeros((TM, P), dtype=ct.float32)
-    acc = carried_state(
-        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-    ) * _start_scale(dA_m, anchor, TM, RANK1 and PART == WHOLE)[:, None]  # fmt: skip
-    if PART == REST:
-        acc = acc + ct.load(
-            partial,
-            index=(batch, row_block, head, 0),
-            shape=(1, TM, 1, P),
-            padding_mode=ct.PaddingMode.ZERO,
-        ).reshape((TM, P))
-    return acc
-
-
-def _store_partial(partial, acc, batch, row_block, head, TM: int, P: int):
-    ct.store(partial, index=(batch, row_block, head, 0), tile=acc.reshape((1, TM, 1, P)))
-
-
 @ct.kernel
 def compute_out_kernel(
     x,  # (b, l, h, p)
@@ -171,7 +134,6 @@ def compute_out_kernel(
     dA_cumsum,  # (b, h, nchunks, Q) float32
     D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
     z,  # (b, l, h, p) (unused unless HAS_Z)
-    partial,  # (b, l, h, p) float32: the intra-chunk sum (unused when PART is WHOLE)
     out,  # (b, l, h, p)
     heads_per_group: int,
     seg_len: int,
@@ -190,7 +152,6 @@ def compute_out_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    PART: ConstInt,
 ):
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
@@ -207,30 +168,25 @@ def compute_out_kernel(
     # in log2 units.
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
-    acc0 = _start(
-        C, states, seg_start, seg_decay, partial, c_first, dA_m0, anchor0, batch, chunk, head,
-        row_block, group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, RANK1, PART,
-    )  # fmt: skip
+    acc0 = carried_state(
+        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+    ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
-        acc1 = _start(
-            C, states, seg_start, seg_decay, partial, c_first, dA_m1, anchor1, batch, chunk,
-            head + 1, row_block, group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            RANK1, PART,
-        )  # fmt: skip
+        acc1 = carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
     # wholly before the row block first, their decay split into a row and a column factor.
     k_blocks_per_chunk = Q // TK
     diagonal = m_block * (TM // TK)
-    k_end = diagonal + TM // TK
-    if PART == REST:
-        diagonal = 0
-        k_end = 0
     below = 0
     if RANK1:
         below = diagonal
@@ -249,12 +205,12 @@ def compute_out_kernel(
                 acc1, cb, x, dt_out, dA_cumsum, anchor1, batch, head + 1, chunk, k_block, k_tile,
                 TK, P, mma_dtype, LAT, HINT,
             )  # fmt: skip
-    if RANK1 and PART != REST:
+    if RANK1:
         acc0 = acc0 * exp2(dA_m0 - anchor0)[:, None]
         acc1 = acc1 * exp2(dA_m1 - anchor1)[:, None]
 
     rows = m_block * TM + ct.arange(TM, dtype=ct.int32)
-    for k_block in range(below, k_end):
+    for k_block in range(below, diagonal + TM // TK):
         k_tile = chunk * k_blocks_per_chunk + k_block
         cb = _cb_tile(
             C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
@@ -271,11 +227,6 @@ def compute_out_kernel(
                 k_tile, TK, P, mma_dtype, LAT, HINT,
             )  # fmt: skip
 
-    if PART == INTRA:
-        _store_partial(partial, acc0, batch, row_block, head, TM, P)
-        if HB == 2:
-            _store_partial(partial, acc1, batch, row_block, head + 1, TM, P)
-        return
     x_m0 = acc0
     if D_MODE != D_NONE:
         x_m0 = x_tile(x, batch, row_block, head, TM, P, ct.float32)
@@ -297,43 +248,16 @@ def compute_out(
     D: torch.Tensor | None,
     z: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
-    partial: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch compute_out; returns out (b, l, h, p) in x's dtype. With `partial`, the intra-chunk
-    sum `compute_out_intra` launched beside the state walk, only what the split leaves is
-    computed, once that launch is done."""
+    """Launch compute_out; returns out (b, l, h, p) in x's dtype."""
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    if partial is not None:
-        join_beside()
     grid, kernel, args = compute_out_launch(
-        x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config, partial
+        x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
     )
     # Launched plainly, after its predecessor has finished: the wait a programmatic dependent must
     # make costs compute_out's many short CTAs more than the launch gap it saves (change 18).
     launch(grid, kernel, args, dependent=False)
     return out
-
-
-def compute_out_intra(
-    x: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    dt_out: torch.Tensor,
-    dA_cumsum: torch.Tensor,
-    config: SSDConfig,
-) -> torch.Tensor:
-    """Launch the intra-chunk part of a split compute_out (`config.out_split`) beside the current
-    stream: it needs only chunk_cumsum's outputs, so it runs while the state walk does. Returns
-    its fp32 sum (b, l, h, p), for `compute_out(..., partial=...)`."""
-    partial = torch.empty(x.shape, device=x.device, dtype=torch.float32)
-    unused = torch.empty(1, 1, 1, 1, 1, device=x.device, dtype=x.dtype)
-    no_states = StatePass(unused, unused, 1, 1, None, None)
-    grid, kernel, args = compute_out_launch(
-        x, B, C, no_states, dt_out, dA_cumsum, None, None, partial, config, part=INTRA
-    )
-    with beside():
-        launch(grid, kernel, args, dependent=False)
-    return partial
 
 
 def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
@@ -358,14 +282,9 @@ def compute_out_launch(
     z: torch.Tensor | None,
     out: torch.Tensor,
     config: SSDConfig,
-    partial: torch.Tensor | None = None,
-    part: int | None = None,
 ) -> tuple[tuple[int, int, int], object, tuple]:
     """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner. With
-    `config.out_cb` this also launches chunk_cb, whose output the arguments hold. `part` is
-    WHOLE, or REST when `partial` is given; INTRA writes the sum into `out` (fp32)."""
-    if part is None:
-        part = WHOLE if partial is None else REST
+    `config.out_cb` this also launches chunk_cb, whose output the arguments hold."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
@@ -384,7 +303,7 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
     )
     fold = segmented and bool(config.out_fold_segments)
-    if uses_chunk_kernel(config, chunk_size):
+    if config.out_chunk_heads and chunk_size <= CHUNK_KERNEL_MAX_Q:
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)
         kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
@@ -397,24 +316,16 @@ def compute_out_launch(
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
-    cb_pre = bool(config.out_cb) and part != REST
+    cb_pre = bool(config.out_cb)
     cb = (
         chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))
         if cb_pre
         else torch.empty(1, 1, 1, 1, 1, device=x.device)
     )
-    partial_arg = out if part == INTRA else partial
-    if partial_arg is None:
-        partial_arg = torch.empty(1, 1, 1, 1, device=x.device)
     args = (
-        x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, partial_arg, out,
-        heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb,
-        d_mode, z is not None, segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold, part,
+        x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
+        sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
+        segmented, cb_pre, bool(config.out_rank1), config.out_latency,
+        bool(config.out_hint_decays), fold,
     )  # fmt: skip
     return grid, kernel, args
-
-
-def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
-    """Whether compute_out runs compute_out_chunk.py's kernel (whole chunks) for this chunk."""
-    return bool(config.out_chunk_heads) and chunk_size <= CHUNK_KERNEL_MAX_Q

@@ -50,10 +50,6 @@ class SSDConfig:
     # heads of a group in a loop over the chunk's one C·Bᵀ (0: CTAs of out_block_m rows). The
     # chunk kernel ignores out_block_m, out_block_k, out_heads, out_cb and out_rank1.
     out_chunk_heads: int = 0
-    # compute_out's row-block kernel in two launches (1): the intra-chunk sum on a second stream,
-    # concurrently with the state walk, then the carried state's product and the epilogue; or in
-    # one launch after the walk (0). Ignored where the chunk kernel runs.
-    out_split: int = 0
     # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
     # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
     # plainly (0).
@@ -90,7 +86,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "out_split",
+            "out_fold_segments",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

@@ -77,33 +77,6 @@ def follow_previous(chained: bool) -> None:
         ct.grid_dependency_control_launch_dependents()
 
 
-@contextmanager
-def beside() -> Iterator[None]:
-    """Launches inside go to a second stream that starts after everything launched so far on the
-    current one, so they run concurrently with what the current stream launches next, until the
-    current stream joins it (`join_beside`). While recording, launches are recorded in order."""
-    if _recording is not None:
-        yield
-        return
-    main = torch.cuda.current_stream()
-    side = _side_stream(main.device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        yield
-
-
-def join_beside() -> None:
-    """The current stream waits for everything launched `beside()` it so far."""
-    if _recording is None:
-        main = torch.cuda.current_stream()
-        main.wait_stream(_side_stream(main.device))
-
-
-@functools.cache
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device)
-
-
 def launch(grid: tuple[int, int, int], kernel, args: tuple, dependent: bool) -> None:
     """Launch on the current stream, as a programmatic dependent of the previous kernel or not."""
     if _recording is not None:

@@ -69,7 +69,7 @@ def launch_forward(
     on meta tensors inside `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cumsum import chunk_cumsum
-    from kernels.cutile.compute_out import compute_out, compute_out_intra, uses_chunk_kernel
+    from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import fwd_pass_state
 
     A, D, dt_bias, initial_states = (
@@ -86,11 +86,8 @@ def launch_forward(
         config.cumsum_heads,
         bool(config.dependent_launch),
     )
-    partial = None
-    if config.out_split and not uses_chunk_kernel(config, chunk_size):
-        partial = compute_out_intra(x, B, C, dt_out, dA_cumsum, config)
     state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
-    out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config, partial)
+    out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 
 
