@@ -23,9 +23,6 @@ class SSDConfig:
     # which mma operand is computed in registers; heads per CTA sharing each B tile (1 or 2).
     state_weight_x: int = 0
     state_heads: int = 1
-    # fwd_pass_state with weights on x in bf16 or fp16: the product x ⊙ weight in the input dtype
-    # (1: packed, no conversions) or in fp32 (0).
-    state_packed_weights: int = 0
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -88,8 +85,8 @@ class SSDConfig:
         if self.out_heads not in (1, 2):
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
-            "state_weight_x", "state_packed_weights", "dependent_launch", "out_hint_decays",
-            "out_rank1", "out_fold_segments",
+            "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
+            "out_fold_segments",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

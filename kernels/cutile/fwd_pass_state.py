@@ -64,12 +64,10 @@ def _step_rows(chunk_tile, step, Q: int, TQ: int):
 
 def _weighted_x_b(
     acc, x, b, chunk_dA, chunk_dt, dA_last, batch, head, chunk, step, steps,
-    Q: int, P: int, TQ: int, WEIGHT_X: bool, PACKED: bool, mma_dtype, LAT: int,
+    Q: int, P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
 ):  # fmt: skip
     """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
-    operand WEIGHT_X names (that operand is computed in registers, the other comes from memory).
-    PACKED (x in bf16 or fp16, weights on x) multiplies in the input dtype, two elements per
-    instruction, the weights rounded to it first; otherwise in fp32, x converted and back."""
+    operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
     dA = _step_rows(chunk_dA, step, Q, TQ)
     dt = _step_rows(chunk_dt, step, Q, TQ)
     # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
@@ -84,10 +82,7 @@ def _weighted_x_b(
         latency=LAT,
     ).reshape((P, TQ))
     if WEIGHT_X:
-        if PACKED and x.dtype != ct.float32:
-            xw = xt * weight.astype(x.dtype)[None, :]
-        else:
-            xw = (xt.astype(ct.float32) * weight[None, :]).astype(mma_dtype)
+        xw = (xt.astype(ct.float32) * weight[None, :]).astype(mma_dtype)
         return ct.mma(xw, b.astype(mma_dtype), acc)
     bw = (b.astype(ct.float32) * weight[:, None]).astype(mma_dtype)
     return ct.mma(xt.astype(mma_dtype), bw, acc)
@@ -133,7 +128,6 @@ def fwd_pass_state_kernel(
     TQ: ConstInt,
     HS: ConstInt,
     WEIGHT_X: ConstBool,
-    PACKED: ConstBool,
     HAS_INIT: ConstBool,
     SEGMENTED: ConstBool,
     CHAINED: ConstBool,
@@ -195,12 +189,12 @@ def fwd_pass_state_kernel(
             ).reshape((TQ, NB))
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,
-                Q, P, TQ, WEIGHT_X, PACKED, mma_dtype, LAT,
+                Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
             )  # fmt: skip
             if HS == 2:
                 acc1 = _weighted_x_b(
                     acc1, x, b, dA1, dt1, dA_last1, batch, head + 1, chunk, step, steps,
-                    Q, P, TQ, WEIGHT_X, PACKED, mma_dtype, LAT,
+                    Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
                 )  # fmt: skip
         state0 = acc0
         state1 = acc1
@@ -287,8 +281,7 @@ def fwd_pass_state_launch(
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
-        bool(config.state_weight_x), bool(config.state_packed_weights), initial_states is not None,
-        segments > 1,
+        bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency,
     )  # fmt: skip
     return grid, kernel, args
