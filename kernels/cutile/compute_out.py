@@ -24,7 +24,7 @@ from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
-from kernels.cutile.launch import launch
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.out_tiles import (
     D_NONE,
     D_PER_HEAD,
@@ -152,7 +152,9 @@ def compute_out_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
+    CHAINED: ConstBool,
 ):
+    follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
@@ -254,9 +256,7 @@ def compute_out(
     grid, kernel, args = compute_out_launch(
         x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
     )
-    # Launched plainly, after its predecessor has finished: the wait a programmatic dependent must
-    # make costs compute_out's many short CTAs more than the launch gap it saves (change 18).
-    launch(grid, kernel, args, dependent=False)
+    launch(grid, kernel, args, dependent=chained(config, dA_cumsum.shape[3]))
     return out
 
 
@@ -303,7 +303,7 @@ def compute_out_launch(
         sp.seg_decay if segmented else torch.empty_like(unused),
     )
     fold = segmented and bool(config.out_fold_segments)
-    if config.out_chunk_heads and chunk_size <= CHUNK_KERNEL_MAX_Q:
+    if uses_chunk_kernel(config, chunk_size):
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)
         kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
@@ -326,6 +326,19 @@ def compute_out_launch(
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold,
+        bool(config.out_hint_decays), fold, chained(config, chunk_size),
     )  # fmt: skip
     return grid, kernel, args
+
+
+def chained(config: SSDConfig, chunk_size: int) -> bool:
+    """Whether compute_out is launched as a programmatic dependent of the kernel before it: where
+    the config chains the launches (short problems), for the row-block kernel. Long problems
+    launch it plainly: the wait costs their many short CTAs more than the launch gap it saves
+    (+11 to +12 % at 64K/128/128 and 16K/64/64, change 18); the chunk kernel never runs short."""
+    return bool(config.dependent_launch) and not uses_chunk_kernel(config, chunk_size)
+
+
+def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
+    """Whether compute_out runs compute_out_chunk.py's kernel (whole chunks) for this chunk."""
+    return bool(config.out_chunk_heads) and chunk_size <= CHUNK_KERNEL_MAX_Q
