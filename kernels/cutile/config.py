@@ -50,9 +50,9 @@ class SSDConfig:
     # heads of a group in a loop over the chunk's one C·Bᵀ (0: CTAs of out_block_m rows). The
     # chunk kernel ignores out_block_m, out_block_k, out_heads, out_cb and out_rank1.
     out_chunk_heads: int = 0
-    # The state walk, segment_scan and chunk_cb are launched as programmatic dependents of the
-    # kernel before them (1: scheduled while that one finishes, kernels/cutile/launch.py) or
-    # plainly (0).
+    # The state walk, segment_scan, chunk_cb and compute_out's row-block kernel are launched as
+    # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
+    # kernels/cutile/launch.py) or plainly (0).
     dependent_launch: int = 1
 
     def __post_init__(self) -> None:
@@ -141,9 +141,10 @@ class ProblemSize:
 CB_MIN_TILES = 1024
 
 # Short problems: up to this many positions × heads. There the launch gaps PDL removes are a
-# visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128); from 4K/32
-# on its wait and release cost more than they save (+5 % at 4K/32/128, +10 to +13 % at
-# 4K-16K/32/256 with 64-column walkers, +3 % at 64K/64/256; docs/performance.md, change 20).
+# visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128; chaining
+# compute_out too, a further −1 to −5 %, change 34); from 4K/32 on its wait and release cost
+# more than they save (+5 % at 4K/32/128, +10 to +13 % at 4K-16K/32/256 with 64-column walkers,
+# +3 % at 64K/64/256; docs/performance.md, change 20).
 SHORT_POSITIONS = 65536
 
 # At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an

@@ -2,16 +2,17 @@
 
 On sm_90 a kernel launched as a programmatic dependent of the one before it in the stream can be
 scheduled before that one has finished; it must then wait (griddepcontrol.wait) before it touches
-memory the earlier kernel writes. chunk_cumsum, the state walk, segment_scan and chunk_cb call
-`follow_previous` first: each waits until every earlier kernel has finished and its writes are
-visible, then lets its own successor be scheduled. What this saves is the launch gap between
-kernels, a microsecond or so each, which matters at short sequences (H200, 1K-2K/32/64: −6 to
-−9 %; docs/performance.md, change 18). The calls are compiled in only where a config chains the
-launches (`SSDConfig.dependent_launch`, each kernel's CHAINED constant); left in but unused they
-still cost long kernels (change 20).
+memory the earlier kernel writes. chunk_cumsum, the state walk, segment_scan, chunk_cb and
+compute_out's row-block kernel call `follow_previous` first: each waits until every earlier
+kernel has finished and its writes are visible, then lets its own successor be scheduled. What
+this saves is the launch gap between kernels, a microsecond or so each, which matters at short
+sequences (H200, 1K-2K/32/64: −6 to −9 %; docs/performance.md, change 18). The calls are
+compiled in only where a config chains the launches (`SSDConfig.dependent_launch`, each kernel's
+CHAINED constant); left in but unused they still cost long kernels (change 20).
 
 Measured on the H200 and kept out:
-- compute_out is launched plainly, without these calls: they cost its tens of thousands of short
+- compute_out is chained only where the whole chain is (short problems: −1 to −5 % at 1K-2K
+  with 32 and 64 heads, change 34). At long ones the calls cost its tens of thousands of short
   CTAs more than the gap saves (with them: compute_out +11 to +12 % at 64K/128/128 and
   16K/64/64).
 - Releasing the successor after a kernel's main loop instead of at its start changed the

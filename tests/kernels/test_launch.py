@@ -25,14 +25,19 @@ def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
     return [(kernel._pyfunc.__name__, dependent) for _, kernel, _, dependent in recording.launches]
 
 
-def test_the_walk_its_scan_and_chunk_cb_follow_as_dependents_and_compute_out_plainly() -> None:
+def test_the_walk_its_scan_chunk_cb_and_compute_out_follow_as_dependents() -> None:
     assert _launches(SSDConfig(state_segments=2, out_cb=1)) == [
         ("chunk_cumsum_kernel", False),
         ("fwd_pass_state_kernel", True),
         ("segment_scan_kernel", True),
         ("chunk_cb_kernel", True),
-        ("compute_out_kernel", False),
+        ("compute_out_kernel", True),
     ]
+
+
+def test_the_chunk_kernel_launches_plainly_in_a_chain() -> None:
+    launches = _launches(SSDConfig(state_segments=1, out_chunk_heads=4, out_occupancy=1))
+    assert launches[1:] == [("fwd_pass_state_kernel", True), ("compute_out_chunk_kernel", False)]
 
 
 def test_dependent_launch_off_launches_everything_plainly() -> None:
