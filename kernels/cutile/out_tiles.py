@@ -1,6 +1,11 @@
 """Tile helpers of compute_out's two kernels (compute_out.py: blocks of a chunk's rows;
 compute_out_chunk.py: whole chunks): the loads of C, B, x, the states and the decays, the
 products with C, the causal decay weights and the output's epilogue.
+
+Each product over dstate slices picks its slice of C in place (`c_first` for slice 0, else a
+load). The same choice as a helper returning from inside the branch builds other machine code at
+dstate 256: the chunk kernel at 16K/64/256 spills 128 B, the row-block kernel at 2K/32/256 takes
+40 % more instructions (CPU build, sm_90, `scripts/kernel_resources.py --sass`).
 """
 
 from __future__ import annotations
