@@ -558,7 +558,7 @@ def run(
         "shard": {"index": cfg.shard.index, "count": cfg.shard.count},
         "started": environment.now_utc(),
         "ended": None,
-        "state": "running",  # stays so if the process is killed
+        "state": "running",  # stays so if the process is killed (SIGKILL, a time limit)
         "measured": 0,
         "env": dict(env),
     }
@@ -593,6 +593,7 @@ def run(
                 if trouble:
                     bar.write(f"{problem.key()} {v.name}: {'; '.join(trouble)}")
             worker["measured"] += 1
+            records.write_worker(run_dir, worker)  # a killed process's record still says how far
         worker["state"] = "done"
     except KeyboardInterrupt:
         worker["state"] = "interrupted"

@@ -371,6 +371,22 @@ def test_rerunning_fills_the_holes_a_dead_shard_left(tmp_path: Path, monkeypatch
     assert records.completed_points(run_dir) == {(p, "good") for p in every}
 
 
+def test_a_killed_workers_record_counts_the_points_it_wrote(
+    tmp_path: Path, monkeypatch, good
+) -> None:
+    real = runner.Sweep.point
+    seen = []
+
+    def read_record_first(self, problem, provs):
+        seen.append([(w["state"], w["measured"]) for w in records.read_workers(self.run_dir)])
+        return real(self, problem, provs)
+
+    monkeypatch.setattr(runner.Sweep, "point", read_record_first)
+    _sweep(tmp_path, "run_id=r")
+    points = len(config.validate(bench(*SMALL)))
+    assert seen == [[("running", i)] for i in range(points)]  # what a kill at each point leaves
+
+
 # --- SLURM ------------------------------------------------------------------------------------
 
 
