@@ -70,3 +70,19 @@ def test_config_errors_are_one_line_before_any_gpu_work(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(message)
+
+
+@pytest.mark.parametrize(
+    "code,status,err", [(3, 3, ""), (None, 0, ""), ("stopped", 1, "stopped\n")]
+)
+def test_the_exit_keeps_the_status_and_output_but_skips_teardown(code, status, err) -> None:
+    program = (
+        "import atexit, sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import run_bench\n"
+        "atexit.register(print, 'teardown ran')\n"
+        "print('last line', end='')  # still buffered: the exit must flush it\n"
+        f"run_bench.exit_without_teardown({code!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (status, "last line", err)
