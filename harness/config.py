@@ -156,7 +156,9 @@ class BenchConfig:
     seed: int = 0  # input seed of every point
     device: int = 0  # CUDA device index
     gpus: int = 1  # > 1: one shard per GPU of this node, in parallel (harness/local_gpus.py)
-    tune: Tune = Tune.cached
+    # off: the per-dstate defaults every committed sweep ran. cached tunes each new shape first,
+    # minutes per shape (a 1K smoke point ran past 150 s on the H200), so it is asked for.
+    tune: Tune = Tune.off
     triton_autotune: TritonAutotune = TritonAutotune.once
     chunk_policy: ChunkPolicy = ChunkPolicy.fixed
     progress: bool = True

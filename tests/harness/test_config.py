@@ -40,7 +40,7 @@ def test_defaults() -> None:
     assert cfg.providers.names == ["cutile", "triton"]
     assert cfg.timing.modes == [Mode.eager, Mode.graph, Mode.kernels]
     assert (cfg.timing.l2.value, cfg.timing.ci_target) == ("cold", 0.01)
-    assert (cfg.tune.value, cfg.triton_autotune.value, cfg.run_id) == ("cached", "once", None)
+    assert (cfg.tune.value, cfg.triton_autotune.value, cfg.run_id) == ("off", "once", None)
     first, *_, last = config.validate(cfg)
     assert first == Problem(seqlen=1024, dstate=64, nheads=32)
     assert last == Problem(seqlen=65536, dstate=256, nheads=128)
