@@ -19,6 +19,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -295,6 +296,11 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     config = cache.get(key) if policy == "cached" else None
     if config is not None:
         return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
+    print(
+        "cuTile tuning: searching up to 230 configurations for this shape (minutes on an H200); "
+        f"the pick is then cached in {cache.path}",
+        file=sys.stderr,
+    )
     config, details = tune(kwargs)
     cache.put(key, config, details)
     return config, {"tune": policy, "source": "tuned", "config": config.to_dict(), **details}

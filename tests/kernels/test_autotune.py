@@ -278,7 +278,7 @@ def test_unknown_policy_is_an_error() -> None:
 
 
 def test_cached_policy_uses_the_cache_without_tuning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     path = tmp_path / "tuning.json"
     picked = SSDConfig(state_block_n=128)
@@ -287,6 +287,9 @@ def test_cached_policy_uses_the_cache_without_tuning(
     monkeypatch.setattr(autotune, "tune", lambda kwargs: pytest.fail("must not tune"))
     config, record = autotune.configure({}, "cached", path)
     assert config == picked and record["source"] == "cache"
+    assert capsys.readouterr().err == ""  # a hit says nothing
     monkeypatch.setattr(autotune, "tune", lambda kwargs: (SSDConfig(), {"tune_s": 0.5}))
     config, record = autotune.configure({}, "force", path)
     assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()
+    err = capsys.readouterr().err  # a search takes minutes: the user is told why it is quiet
+    assert err.startswith("cuTile tuning: searching") and str(path) in err
