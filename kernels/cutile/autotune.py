@@ -1,12 +1,14 @@
 """Per-shape autotuner for the cuTile SSD kernels, with a JSON cache on disk.
 
 fwd_pass_state and compute_out are tuned one after the other on the point's own inputs: neither
-kernel's time depends on the other's configuration. Each candidate is timed by cuTile's
-`ct.tune.exhaustive_search` (L2 flushed before every run, sampled until its 95 % CI is within 1 %);
-candidates that fail to compile are skipped. Results are cached by GPU architecture, shape, dtype,
-options and the cuda-tile / tileiras versions, so a sweep tunes each shape once and later runs
-reuse it. The cache is plain JSON written atomically; a corrupt or foreign file is reported and
-rebuilt, never trusted.
+kernel's time depends on the other's configuration. Each search first compiles all its
+candidates in parallel processes into cuTile's disk cache (precompile.py), then times them in
+two rounds with L2 flushed before every run (`search_timed`); candidates that fail to compile are
+skipped. Its own search rather than `ct.tune.exhaustive_search`, which wraps every candidate in a
+new kernel object and so rebuilds its bytecode at every shape even when the cubin is cached.
+Results are cached by GPU architecture, shape, dtype, options and the cuda-tile / tileiras
+versions, so a sweep tunes each shape once and later runs reuse it. The cache is plain JSON
+written atomically; a corrupt or foreign file is reported and rebuilt, never trusted.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from kernels.cutile.config import (
     SSDConfig,
     forward_default_config,
 )
+from kernels.cutile.precompile import precompile
 from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
@@ -185,13 +188,12 @@ class TuningCache:
 
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     """Search both kernels' knobs on these inputs, starting from the untuned defaults; returns
-    the best config and the timings."""
-    from cuda.tile.tune import exhaustive_search
-
+    the best config and what the search did."""
     from kernels.cutile.chunk_cb import chunk_cb
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import cb_dtype, compute_out_launch, compute_out_tiles
     from kernels.cutile.fwd_pass_state import fwd_pass_state, fwd_pass_state_launch
+    from kernels.cutile.launch import sm_count
 
     x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
@@ -200,7 +202,8 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
         None if kwargs.get(k) is None else kwargs[k].float()
         for k in ("A", "D", "dt_bias", "initial_states")
     )
-    stream = torch.cuda.current_stream()
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability(x.device))
+    sms = sm_count(x.device)
     began = time.perf_counter()
     dt_out, dA = chunk_cumsum(
         kwargs["dt"],
@@ -214,33 +217,24 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     out = torch.empty_like(x)
 
     def search(
-        start: SSDConfig, candidates: list[dict], launch, extra_us=lambda c: 0.0
+        start: SSDConfig, candidates: list[dict], kernels: set[str], launch, extra_us
     ) -> tuple[SSDConfig, dict]:
-        """Time `start` and its variants, each charged `extra_us` for work it launches outside
-        the timed kernel; a dict keeps the first of equal configs."""
+        """Compile `start` and its variants in parallel, then time them (search_timed)."""
         configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
-        launch = functools.lru_cache(maxsize=1)(launch)  # one set of buffers per config in turn
-        result = exhaustive_search(
-            configs,
-            stream,
-            grid_fn=lambda c: launch(c)[0],
-            kernel=lambda c: launch(c)[1],
-            args_fn=lambda c: launch(c)[2],
-            quiet=True,
-        )
-        total = {m.config: m.mean_us + extra_us(m.config) for m in result.successes}
-        best = min(total, key=total.get)
+        compiled = precompile(kwargs, configs, kernels, arch, sms)
+        best, info = search_timed(configs, launch, extra_us)
         return best, {
-            "best_us": round(total[best], 2),
-            "start_us": round(total.get(start, math.nan), 2),
-            "candidates": len(configs),
-            "failed": len(result.failures),
+            **info,
+            "start_us": round(info["times_us"].get(start, math.nan), 2),
+            "precompile": compiled.to_dict(),
         }
 
     state_best, state_info = search(
         base,
         state_candidates(dstate, chunk_size),
+        {"fwd_pass_state_kernel"},
         lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, c),
+        lambda c: 0.0,
     )
     state_pass = fwd_pass_state(x, B, dt_out, dA, init, state_best)
     cb_us = functools.cache(
@@ -249,9 +243,12 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     best, out_info = search(
         state_best,
         out_candidates(dstate, chunk_size),
+        {"compute_out_kernel", "compute_out_chunk_kernel", "chunk_cb_kernel"},
         lambda c: compute_out_launch(x, B, C, state_pass, dt_out, dA, D, kwargs.get("z"), out, c),
         lambda c: cb_us(*compute_out_tiles(c, chunk_size), cb_dtype(c, x.dtype)) if c.out_cb else 0,
     )
+    for info in (state_info, out_info):
+        del info["times_us"]
     details = {
         "fwd_pass_state": state_info,
         "compute_out": out_info,
@@ -260,8 +257,54 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     return best, details
 
 
+# The search's two rounds: every candidate timed FIRST_REPS times, then those within FINALIST_GAP
+# of the best FINAL_REPS times more; each time is a median of runs after an L2 flush.
+FIRST_REPS = 3
+FINAL_REPS = 10
+FINALIST_GAP = 0.10
+
+
+def search_timed(configs: list[SSDConfig], launch, extra_us) -> tuple[SSDConfig, dict]:
+    """The fastest config by device time, each charged `extra_us` for work it launches outside
+    the timed kernel. `launch(c)` gives (grid, kernel, args) and may run that other work; the
+    kernels are launched through their own objects, so a specialisation compiled once (here or
+    for an earlier shape of the same process) is not rebuilt. A config that fails to compile or
+    launch is counted and skipped."""
+    import cuda.tile as ct
+
+    stream = torch.cuda.current_stream()
+
+    def timed(config: SSDConfig, reps: int) -> float:
+        grid, kernel, args = launch(config)
+        ct.launch(stream, grid, kernel, args)  # compiles on first use
+        return _device_us(lambda: ct.launch(stream, grid, kernel, args), reps)
+
+    times: dict[SSDConfig, float] = {}
+    failed = 0
+    for config in configs:
+        try:
+            times[config] = timed(config, FIRST_REPS) + extra_us(config)
+        except Exception:  # noqa: BLE001 - a knob combination that cannot build or launch
+            failed += 1
+    if not times:
+        raise RuntimeError(f"no cuTile configuration of {len(configs)} compiled and launched")
+    fastest = min(times.values())
+    finalists = [c for c, t in times.items() if t <= fastest * (1 + FINALIST_GAP)]
+    for config in finalists:
+        times[config] = timed(config, FINAL_REPS) + extra_us(config)
+    best = min(finalists, key=times.get)
+    return best, {
+        "best_us": round(times[best], 2),
+        "candidates": len(configs),
+        "failed": failed,
+        "finalists": len(finalists),
+        "times_us": times,
+    }
+
+
 def _device_us(fn, reps: int = 10) -> float:
-    """Median device time of fn() in µs, L2 flushed before each run (as exhaustive_search does)."""
+    """Median device time of fn() in µs over `reps` runs after a warm-up, L2 flushed before
+    each run so every run starts cold, as the harness times."""
     l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

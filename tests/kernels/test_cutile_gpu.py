@@ -273,8 +273,8 @@ def test_wrong_shapes_are_rejected() -> None:
 
 
 def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
-    """`tune=force` searches every knob on the GPU (small sizes keep it to ~25 candidates), caches
-    its pick, and the pick computes the right answer."""
+    """`tune=force` compiles every candidate ahead, searches every knob on the GPU (small sizes keep
+    it to ~25 candidates), caches its pick, and the pick computes the right answer."""
     from kernels.cutile.autotune import configure
 
     problem = replace(BASE, seqlen=1000, chunk_size=64, dstate=16, has_initial_states=True)
@@ -282,6 +282,8 @@ def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
     config, record = configure(inputs.kwargs(), "force", tmp_path / "tuning.json")
     assert record["source"] == "tuned" and record["config"] == config.to_dict()
     assert record["compute_out"]["failed"] < record["compute_out"]["candidates"]
+    for kernel in ("fwd_pass_state", "compute_out"):  # compiled in parallel before timing
+        assert record[kernel]["precompile"]["specialisations"] > 0
     cached, again = configure(inputs.kwargs(), "cached", tmp_path / "tuning.json")
     assert cached == config and again["source"] == "cache"
     _check("tuned", problem, inputs, config)

@@ -1,0 +1,149 @@
+"""Compile a tuner's candidate launches in parallel processes, ahead of timing them.
+
+cuTile compiles a kernel at its first launch, one specialisation at a time, and most of a tuning
+search went on that: each of up to 230 candidates took a compile of about 1.3 s (compute_out at
+16K/64/128 on this project's CPU), and one search ran past 330 s on the H200. tileiras
+stores every cubin in cuTile's disk cache (`CUDA_TILE_CACHE_DIR`), keyed by the kernel's bytecode.
+Here worker processes build each candidate's exact launches on meta tensors
+(`signatures.forward_launches`, the names the GPU compiles) and compile them for the GPU's
+architecture into that cache, so the search's own launches find their cubins there. A
+specialisation that fails to compile is left to the search, which reports it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from kernels.cutile.config import SSDConfig
+
+# kwargs entries that are not tensors and that a forward reads (ssd_forward's options).
+OPTIONS = ("chunk_size", "dt_softplus", "dt_limit", "return_final_states")
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """What a launch's specialisation reads of a tensor: dtype, shape, strides, offset."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> TensorLayout:
+        return cls(tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+
+    def meta(self) -> torch.Tensor:
+        """A meta tensor with this layout (no memory)."""
+        last = sum((d - 1) * s for d, s in zip(self.shape, self.stride, strict=True))
+        base = torch.empty(self.offset + last + 1, dtype=self.dtype, device="meta")
+        return base.as_strided(self.shape, self.stride, self.offset)
+
+
+def layouts(kwargs: dict) -> dict:
+    """A forward's inputs with each tensor replaced by its layout: small, picklable, and enough
+    to rebuild the launches on meta tensors in another process."""
+    return {
+        k: TensorLayout.of(v) if isinstance(v, torch.Tensor) else v
+        for k, v in kwargs.items()
+        if isinstance(v, torch.Tensor) or k in OPTIONS
+    }
+
+
+def meta_kwargs(described: dict) -> dict:
+    """The inverse of `layouts`, on meta tensors."""
+    return {k: v.meta() if isinstance(v, TensorLayout) else v for k, v in described.items()}
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """What one `precompile` call did, recorded beside the search it served."""
+
+    specialisations: int  # distinct launches among the candidates' kernels
+    failed: int  # of those, how many did not compile (the search reports them again)
+    workers: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {
+            "specialisations": self.specialisations,
+            "failed": self.failed,
+            "workers": self.workers,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def specialisations(
+    described: dict, configs: list[SSDConfig], kernels: set[str], sms: int
+) -> list[tuple[dict, int]]:
+    """(config, launch index) of each distinct launch of `kernels` among the configs' forwards,
+    distinct by mangled name and compiler hints (what decides a cubin)."""
+    from kernels.cutile.signatures import forward_launches
+
+    kwargs = meta_kwargs(described)
+    seen, jobs = set(), []
+    for config in configs:
+        for index, (name, kernel, signature) in enumerate(forward_launches(kwargs, config, sms)):
+            if name not in kernels:
+                continue
+            key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+            if key not in seen:
+                seen.add(key)
+                jobs.append((config.to_dict(), index))
+    return jobs
+
+
+def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> bool:
+    """In a worker: compile one launch into the disk cache; whether it compiled."""
+    from kernels.cutile.resources import compile_cubin
+    from kernels.cutile.signatures import forward_launches
+
+    launches = forward_launches(meta_kwargs(described), SSDConfig.from_dict(config), sms)
+    _, kernel, signature = launches[index]
+    try:
+        compile_cubin(kernel, signature, arch)
+    except Exception:  # noqa: BLE001 - any compile failure: the search times and reports it
+        return False
+    return True
+
+
+def disk_cache_enabled() -> bool:
+    """Whether cuTile keeps compiled cubins on disk (CUDA_TILE_CACHE_DIR not turned off)."""
+    value = os.environ.get("CUDA_TILE_CACHE_DIR")
+    return value is None or value.strip().lower() not in ("", "0", "off", "none")
+
+
+def worker_count() -> int:
+    """One worker per CPU this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def precompile(
+    kwargs: dict,
+    configs: list[SSDConfig],
+    kernels: set[str],
+    arch: str,
+    sms: int,
+    workers: int | None = None,
+) -> Precompiled:
+    """Compile, in parallel, every distinct launch of `kernels` that the configs' forwards of
+    these inputs make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache.
+    Nothing is compiled when the cache is off: the cubins would not outlive the workers."""
+    began = time.perf_counter()
+    described = layouts(kwargs)
+    jobs = specialisations(described, configs, kernels, sms) if disk_cache_enabled() else []
+    workers = max(1, min(workers or worker_count(), len(jobs)))
+    if not jobs:
+        return Precompiled(0, 0, 0, time.perf_counter() - began)
+    # spawn: the workers must not inherit the parent's CUDA context; they never touch the GPU.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_compile, described, c, i, arch, sms) for c, i in jobs]
+        done = [f.result() for f in futures]
+    return Precompiled(len(jobs), done.count(False), workers, time.perf_counter() - began)

@@ -1,0 +1,97 @@
+"""kernels.cutile.precompile on the CPU: layouts, distinct launches, the disk cache filled."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.inputs import meta_inputs
+from harness.problem import Problem
+from kernels.cutile import autotune, precompile
+from kernels.cutile.config import forward_default_config
+from kernels.cutile.signatures import forward_launches
+
+PROBLEM = Problem(seqlen=2048, nheads=8, dstate=64, chunk_size=128)
+OUT_KERNELS = {"compute_out_kernel", "compute_out_chunk_kernel", "chunk_cb_kernel"}
+
+
+def _kwargs() -> dict:
+    return meta_inputs(PROBLEM).kwargs()
+
+
+def _base():
+    return forward_default_config((1, PROBLEM.seqlen, PROBLEM.nheads), PROBLEM.dstate, 128)
+
+
+def test_a_layout_rebuilds_strides_and_offset_on_meta() -> None:
+    view = torch.empty(4, 10, 6)[1:, 2:9:2, 1:5]
+    layout = precompile.TensorLayout.of(view)
+    rebuilt = layout.meta()
+    assert rebuilt.is_meta and rebuilt.dtype == view.dtype
+    assert (rebuilt.shape, rebuilt.stride(), rebuilt.storage_offset()) == (
+        view.shape,
+        view.stride(),
+        view.storage_offset(),
+    )
+
+
+def test_layouts_keep_what_a_forward_reads_and_rebuild_the_same_launches() -> None:
+    kwargs = _kwargs()
+    described = precompile.layouts({**kwargs, "unrelated": object()})
+    assert "unrelated" not in described
+    rebuilt = precompile.meta_kwargs(described)
+    names = [(n, s.with_mangled_symbol(n).symbol) for n, _, s in forward_launches(kwargs, _base())]
+    again = [(n, s.with_mangled_symbol(n).symbol) for n, _, s in forward_launches(rebuilt, _base())]
+    assert names == again
+
+
+def test_specialisations_are_distinct_and_only_of_the_named_kernels() -> None:
+    base = _base()
+    configs = [replace(base, **c) for c in autotune.out_candidates(64, 128)]
+    described = precompile.layouts(_kwargs())
+    jobs = precompile.specialisations(described, configs, OUT_KERNELS, 132)
+    # every candidate launches compute_out; some add chunk_cb, some compile alike
+    assert 0 < len(jobs) <= 2 * len(configs)
+    kwargs = precompile.meta_kwargs(described)
+    keys = set()
+    for config, index in jobs:
+        name, kernel, signature = forward_launches(kwargs, base.from_dict(config))[index]
+        assert name in OUT_KERNELS
+        keys.add((signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options)))
+    assert len(keys) == len(jobs)
+    # the state walk is the same for all of them: one job
+    assert len(precompile.specialisations(described, configs, {"fwd_pass_state_kernel"}, 132)) == 1
+
+
+@pytest.mark.parametrize(
+    "value, enabled", [(None, True), ("/tmp/c", True), ("off", False), ("0", False), ("", False)]
+)
+def test_disk_cache_setting(monkeypatch: pytest.MonkeyPatch, value, enabled: bool) -> None:
+    if value is None:
+        monkeypatch.delenv("CUDA_TILE_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_TILE_CACHE_DIR", value)
+    assert precompile.disk_cache_enabled() is enabled
+
+
+def test_nothing_is_compiled_without_a_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    done = precompile.precompile(_kwargs(), [_base()], OUT_KERNELS, "sm_90", 132)
+    assert (done.specialisations, done.workers) == (0, 0)
+
+
+def test_workers_fill_the_disk_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two configs, two compute_out builds, compiled by two processes into the cache a later
+    launch reads."""
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path))
+    base = _base()
+    configs = [base, replace(base, out_occupancy=2)]
+    done = precompile.precompile(_kwargs(), configs, {"compute_out_kernel"}, "sm_90", 132, 2)
+    assert (done.specialisations, done.failed, done.workers) == (2, 0, 2)
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == 2
+    assert done.to_dict()["seconds"] >= 0
