@@ -10,6 +10,10 @@ it is measured, after a first line with the environment (GPU, driver, versions, 
     python scripts/compare_configs.py --shapes 16384:64:256,65536:32:64 \
         --variant base={} --variant cb='{"out_cb": 1}'
 
+`--tuned` adds the variant `tuned`: the cuTile tuner's pick at each shape (`tune=cached`, so
+SSDBENCH_TUNING_CACHE is read and a shape without an entry is searched first); the search's record
+is printed and logged before the shape's rows.
+
 `--tree NAME=DIR` adds the kernels of another commit, copied by scripts/kernel_tree.py into
 DIR/kernels_NAME, run with their own default configs and checked and timed like the variants.
 """
@@ -32,6 +36,7 @@ from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
 from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
+from kernels.cutile.autotune import configure  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
 from scripts.variants import parse_points, point_config  # noqa: E402
 
@@ -41,6 +46,15 @@ def check(problem: Problem, forward: Callable, ref: tuple) -> tuple[float, float
     correctness.poison_cuda_allocator("cuda", output_bytes(problem))
     out, final = forward()
     return correctness.relative_error(out, ref[0]), correctness.relative_error(final, ref[1])
+
+
+def log(path: Path | None, row: dict) -> None:
+    """Print one JSON line and append it to `path` (--out) as soon as it is known."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    if path:
+        with path.open("a") as out:
+            out.write(line + "\n")
 
 
 def load_trees(parser: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, Callable]]:
@@ -64,6 +78,7 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=1.0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tree", action="append", default=[], help="NAME=DIR (kernel_tree.py)")
+    parser.add_argument("--tuned", action="store_true", help="add the tuner's pick per shape")
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
     trees = load_trees(parser, args.tree)
@@ -72,20 +87,29 @@ def main() -> int:
     timer = CudaTimer()
     if args.out:
         env = {"environment": environment.capture(0), "argv": sys.argv[1:]}
-        with args.out.open("a") as log:
-            log.write(json.dumps(env) + "\n")
+        with args.out.open("a") as out:
+            out.write(json.dumps(env) + "\n")
     rows = []
     for problem in problems:
         inputs = make_inputs(problem, seed=0, device="cuda")
         kwargs = inputs.kwargs()
+        tuned = []
+        if args.tuned:
+            config, record = configure(kwargs, "cached")
+            log(args.out, {"point": problem.key(), "tuning": record})
+            tuned = [("tuned", functools.partial(ssd_forward, **kwargs, config=config))]
         ref = reference.ssd_forward(**kwargs)
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
-        forwards = [
-            (name, functools.partial(ssd_forward, **kwargs, config=point_config(problem, o)))
-            for name, o in variants
-        ] + [(name, functools.partial(forward, **kwargs)) for name, forward in trees]
+        forwards = (
+            [
+                (name, functools.partial(ssd_forward, **kwargs, config=point_config(problem, o)))
+                for name, o in variants
+            ]
+            + [(name, functools.partial(forward, **kwargs)) for name, forward in trees]
+            + tuned
+        )
         for name, fn in forwards:
             try:
                 errors[name] = check(problem, fn, ref)
@@ -113,10 +137,7 @@ def main() -> int:
                     "error": g.error or k.error,
                 }
             )
-            print(json.dumps(rows[-1]), flush=True)
-            if args.out:
-                with args.out.open("a") as log:
-                    log.write(json.dumps(rows[-1]) + "\n")
+            log(args.out, rows[-1])
     print(f"\n{'point':<46} {'variant':<14} {'err':>8} {'graph ms':>9} {'x':>6}  kernels")
     for r in rows:
         err = "" if r["err_out"] is None else f"{r['err_out']:.1e}"

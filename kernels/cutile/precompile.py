@@ -66,6 +66,7 @@ class Precompiled:
     """What one `precompile` call did, recorded beside the search it served."""
 
     specialisations: int  # distinct launches among the candidates' kernels
+    compiled: int  # of those, how many were new to this process and compiled by the workers
     failed: int  # of those, how many did not compile (the search reports them again)
     workers: int
     seconds: float
@@ -73,6 +74,7 @@ class Precompiled:
     def to_dict(self) -> dict:
         return {
             "specialisations": self.specialisations,
+            "compiled": self.compiled,
             "failed": self.failed,
             "workers": self.workers,
             "seconds": round(self.seconds, 1),
@@ -81,22 +83,24 @@ class Precompiled:
 
 def specialisations(
     described: dict, configs: list[SSDConfig], kernels: set[str], sms: int
-) -> list[tuple[dict, int]]:
-    """(config, launch index) of each distinct launch of `kernels` among the configs' forwards,
-    distinct by mangled name and compiler hints (what decides a cubin)."""
+) -> dict[tuple[str, str], tuple[dict, int]]:
+    """{(mangled name, compiler hints): (config, launch index)} of each distinct launch of
+    `kernels` among the configs' forwards: what decides a cubin, and where to rebuild it."""
     from kernels.cutile.signatures import forward_launches
 
     kwargs = meta_kwargs(described)
-    seen, jobs = set(), []
+    jobs: dict[tuple[str, str], tuple[dict, int]] = {}
     for config in configs:
         for index, (name, kernel, signature) in enumerate(forward_launches(kwargs, config, sms)):
-            if name not in kernels:
-                continue
-            key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
-            if key not in seen:
-                seen.add(key)
-                jobs.append((config.to_dict(), index))
+            if name in kernels:
+                key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+                jobs.setdefault(key, (config.to_dict(), index))
     return jobs
+
+
+# Specialisations precompiled by this process: the search launched each of them after, so they
+# are in cuTile's in-memory cache too, and a later shape needs neither workers nor a lookup.
+_PRECOMPILED: set[tuple[str, str, str]] = set()  # (arch, mangled name, compiler hints)
 
 
 def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> bool:
@@ -133,17 +137,20 @@ def precompile(
     workers: int | None = None,
 ) -> Precompiled:
     """Compile, in parallel, every distinct launch of `kernels` that the configs' forwards of
-    these inputs make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache.
-    Nothing is compiled when the cache is off: the cubins would not outlive the workers."""
+    these inputs make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
+    skipping those this process precompiled for an earlier shape. Nothing is compiled when the
+    cache is off: the cubins would not outlive the workers."""
     began = time.perf_counter()
     described = layouts(kwargs)
-    jobs = specialisations(described, configs, kernels, sms) if disk_cache_enabled() else []
-    workers = max(1, min(workers or worker_count(), len(jobs)))
-    if not jobs:
-        return Precompiled(0, 0, 0, time.perf_counter() - began)
+    jobs = specialisations(described, configs, kernels, sms) if disk_cache_enabled() else {}
+    new = {key: job for key, job in jobs.items() if (arch, *key) not in _PRECOMPILED}
+    if not new:
+        return Precompiled(len(jobs), 0, 0, 0, time.perf_counter() - began)
+    workers = max(1, min(workers or worker_count(), len(new)))
     # spawn: the workers must not inherit the parent's CUDA context; they never touch the GPU.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = [pool.submit(_compile, described, c, i, arch, sms) for c, i in jobs]
+        futures = [pool.submit(_compile, described, c, i, arch, sms) for c, i in new.values()]
         done = [f.result() for f in futures]
-    return Precompiled(len(jobs), done.count(False), workers, time.perf_counter() - began)
+    _PRECOMPILED.update((arch, *key) for key in new)
+    return Precompiled(len(jobs), len(new), done.count(False), workers, time.perf_counter() - began)

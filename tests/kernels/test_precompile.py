@@ -57,12 +57,10 @@ def test_specialisations_are_distinct_and_only_of_the_named_kernels() -> None:
     # every candidate launches compute_out; some add chunk_cb, some compile alike
     assert 0 < len(jobs) <= 2 * len(configs)
     kwargs = precompile.meta_kwargs(described)
-    keys = set()
-    for config, index in jobs:
+    for key, (config, index) in jobs.items():
         name, kernel, signature = forward_launches(kwargs, base.from_dict(config))[index]
         assert name in OUT_KERNELS
-        keys.add((signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options)))
-    assert len(keys) == len(jobs)
+        assert key == (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
     # the state walk is the same for all of them: one job
     assert len(precompile.specialisations(described, configs, {"fwd_pass_state_kernel"}, 132)) == 1
 
@@ -81,17 +79,23 @@ def test_disk_cache_setting(monkeypatch: pytest.MonkeyPatch, value, enabled: boo
 def test_nothing_is_compiled_without_a_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
     done = precompile.precompile(_kwargs(), [_base()], OUT_KERNELS, "sm_90", 132)
-    assert (done.specialisations, done.workers) == (0, 0)
+    assert (done.specialisations, done.compiled, done.workers) == (0, 0, 0)
 
 
-def test_workers_fill_the_disk_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_fill_the_disk_cache_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two configs, two compute_out builds, compiled by two processes into the cache a later
-    launch reads."""
+    launch reads; asked again, this process compiles nothing."""
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precompile, "_PRECOMPILED", set())
     base = _base()
     configs = [base, replace(base, out_occupancy=2)]
-    done = precompile.precompile(_kwargs(), configs, {"compute_out_kernel"}, "sm_90", 132, 2)
-    assert (done.specialisations, done.failed, done.workers) == (2, 0, 2)
+    kernels = {"compute_out_kernel"}
+    done = precompile.precompile(_kwargs(), configs, kernels, "sm_90", 132, 2)
+    assert (done.specialisations, done.compiled, done.failed, done.workers) == (2, 2, 0, 2)
     with sqlite3.connect(tmp_path / "cache.db") as db:
         assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == 2
-    assert done.to_dict()["seconds"] >= 0
+    again = precompile.precompile(_kwargs(), configs, kernels, "sm_90", 132, 2)
+    assert (again.specialisations, again.compiled, again.workers) == (2, 0, 0)
+    assert again.to_dict()["seconds"] < done.to_dict()["seconds"]
