@@ -1,11 +1,12 @@
 """Per-shape autotuner for the cuTile SSD kernels, with a JSON cache on disk.
 
-fwd_pass_state and compute_out are tuned one after the other on the point's own inputs: neither
-kernel's time depends on the other's configuration. Each search first compiles all its
-candidates in parallel processes into cuTile's disk cache (precompile.py), then times them in
-two rounds with L2 flushed before every run (`search_timed`); candidates that fail to compile are
-skipped. Its own search rather than `ct.tune.exhaustive_search`, which wraps every candidate in a
-new kernel object and so rebuilds its bytecode at every shape even when the cubin is cached.
+The state walk's knobs and then compute_out's are searched on the point's own inputs, each
+candidate timed as the whole forward, captured in a CUDA graph and replayed from a cold L2 as the
+harness times it. Each search first compiles all its candidates in parallel processes into
+cuTile's disk cache (precompile.py), then times them in two rounds (`search_timed`); candidates
+that fail to compile are skipped. Its own search rather than `ct.tune.exhaustive_search`,
+which times one kernel alone and wraps every candidate in a new kernel object, so that its
+bytecode is rebuilt at every shape even when the cubin is cached.
 Results are cached by GPU architecture, shape, dtype, options and the cuda-tile / tileiras
 versions, so a sweep tunes each shape once and later runs reuse it. The cache is plain JSON
 written atomically; a corrupt or foreign file is reported and rebuilt, never trusted.
@@ -187,68 +188,34 @@ class TuningCache:
 
 
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
-    """Search both kernels' knobs on these inputs, starting from the untuned defaults; returns
-    the best config and what the search did."""
-    from kernels.cutile.chunk_cb import chunk_cb
-    from kernels.cutile.chunk_cumsum import chunk_cumsum
-    from kernels.cutile.compute_out import cb_dtype, compute_out_launch, compute_out_tiles
-    from kernels.cutile.fwd_pass_state import fwd_pass_state, fwd_pass_state_launch
+    """Search the state walk's knobs, then compute_out's with the walk's pick, on these inputs,
+    starting from the untuned defaults; returns the best config and what the search did. Every
+    candidate is timed as the whole forward: a kernel timed alone, L2 flushed before it, misjudges
+    its place in the forward (compute_out reads the states the walk just left in L2; the walk's
+    knobs change segment_scan's work). 16K/64/128 tuned on compute_out alone picked a config 3.9 %
+    slower in the forward."""
     from kernels.cutile.launch import sm_count
+    from kernels.cutile.ssd import launch_forward
 
-    x, B, C = kwargs["x"], kwargs["B"], kwargs["C"]
+    x, B = kwargs["x"], kwargs["B"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
     base = _defaults(kwargs)
-    A, D, dt_bias, init = (
-        None if kwargs.get(k) is None else kwargs[k].float()
-        for k in ("A", "D", "dt_bias", "initial_states")
-    )
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability(x.device))
     sms = sm_count(x.device)
+    names = ("x", "dt", "A", "B", "C", "chunk_size", "D", "z", "dt_bias", "initial_states")
+    inputs = [kwargs.get(n) for n in names] + [kwargs["dt_softplus"], kwargs["dt_limit"]]
     began = time.perf_counter()
-    dt_out, dA = chunk_cumsum(
-        kwargs["dt"],
-        A,
-        dt_bias,
-        chunk_size,
-        kwargs["dt_softplus"],
-        kwargs["dt_limit"],
-        base.cumsum_heads,
-    )
-    out = torch.empty_like(x)
 
-    def search(
-        start: SSDConfig, candidates: list[dict], kernels: set[str], launch, extra_us
-    ) -> tuple[SSDConfig, dict]:
-        """Compile `start` and its variants in parallel, then time them (search_timed)."""
+    def search(start: SSDConfig, candidates: list[dict]) -> tuple[SSDConfig, dict]:
+        """Compile `start` and its variants in parallel, then time their forwards."""
         configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
-        compiled = precompile(kwargs, configs, kernels, arch, sms)
-        best, info = search_timed(configs, launch, extra_us)
-        return best, {
-            **info,
-            "start_us": round(info["times_us"].get(start, math.nan), 2),
-            "precompile": compiled.to_dict(),
-        }
+        compiled = precompile(kwargs, configs, arch, sms)
+        best, info = search_timed(configs, lambda c: launch_forward(*inputs, c))
+        start_us = info.pop("times_us").get(start, math.nan)
+        return best, {**info, "start_us": round(start_us, 2), "precompile": compiled.to_dict()}
 
-    state_best, state_info = search(
-        base,
-        state_candidates(dstate, chunk_size),
-        {"fwd_pass_state_kernel"},
-        lambda c: fwd_pass_state_launch(x, B, dt_out, dA, init, c),
-        lambda c: 0.0,
-    )
-    state_pass = fwd_pass_state(x, B, dt_out, dA, init, state_best)
-    cb_us = functools.cache(
-        lambda tm, tk, dtype: _device_us(lambda: chunk_cb(C, B, chunk_size, tm, tk, dtype))
-    )
-    best, out_info = search(
-        state_best,
-        out_candidates(dstate, chunk_size),
-        {"compute_out_kernel", "compute_out_chunk_kernel", "chunk_cb_kernel"},
-        lambda c: compute_out_launch(x, B, C, state_pass, dt_out, dA, D, kwargs.get("z"), out, c),
-        lambda c: cb_us(*compute_out_tiles(c, chunk_size), cb_dtype(c, x.dtype)) if c.out_cb else 0,
-    )
-    for info in (state_info, out_info):
-        del info["times_us"]
+    state_best, state_info = search(base, state_candidates(dstate, chunk_size))
+    best, out_info = search(state_best, out_candidates(dstate, chunk_size))
     details = {
         "fwd_pass_state": state_info,
         "compute_out": out_info,
@@ -258,32 +225,35 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
 
 
 # The search's two rounds: every candidate timed FIRST_REPS times, then those within FINALIST_GAP
-# of the best FINAL_REPS times more; each time is a median of runs after an L2 flush.
+# of the best FINAL_REPS times more; each time is a median of CUDA-graph replays after an L2 flush.
 FIRST_REPS = 3
 FINAL_REPS = 10
 FINALIST_GAP = 0.10
 
 
-def search_timed(configs: list[SSDConfig], launch, extra_us) -> tuple[SSDConfig, dict]:
-    """The fastest config by device time, each charged `extra_us` for work it launches outside
-    the timed kernel. `launch(c)` gives (grid, kernel, args) and may run that other work; the
-    kernels are launched through their own objects, so a specialisation compiled once (here or
-    for an earlier shape of the same process) is not rebuilt. A config that fails to compile or
-    launch is counted and skipped."""
-    import cuda.tile as ct
-
-    stream = torch.cuda.current_stream()
+def search_timed(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
+    """The config whose `forward(config)` takes the least device time, each captured once into a
+    CUDA graph and replayed from a cold L2, as the harness times it. The kernels are launched
+    through their own objects, so a specialisation compiled once (here or for an earlier shape of
+    the same process) is not rebuilt. A config that fails to compile or launch is counted and
+    skipped."""
 
     def timed(config: SSDConfig, reps: int) -> float:
-        grid, kernel, args = launch(config)
-        ct.launch(stream, grid, kernel, args)  # compiles on first use
-        return _device_us(lambda: ct.launch(stream, grid, kernel, args), reps)
+        forward(config)  # compiles on first use, outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward(config)
+        try:
+            return _device_us(graph.replay, reps)
+        finally:
+            graph.reset()
 
     times: dict[SSDConfig, float] = {}
     failed = 0
     for config in configs:
         try:
-            times[config] = timed(config, FIRST_REPS) + extra_us(config)
+            times[config] = timed(config, FIRST_REPS)
         except Exception:  # noqa: BLE001 - a knob combination that cannot build or launch
             failed += 1
     if not times:
@@ -291,7 +261,7 @@ def search_timed(configs: list[SSDConfig], launch, extra_us) -> tuple[SSDConfig,
     fastest = min(times.values())
     finalists = [c for c, t in times.items() if t <= fastest * (1 + FINALIST_GAP)]
     for config in finalists:
-        times[config] = timed(config, FINAL_REPS) + extra_us(config)
+        times[config] = timed(config, FINAL_REPS)
     best = min(finalists, key=times.get)
     return best, {
         "best_us": round(times[best], 2),
@@ -302,7 +272,7 @@ def search_timed(configs: list[SSDConfig], launch, extra_us) -> tuple[SSDConfig,
     }
 
 
-def _device_us(fn, reps: int = 10) -> float:
+def _device_us(fn, reps: int) -> float:
     """Median device time of fn() in µs over `reps` runs after a warm-up, L2 flushed before
     each run so every run starts cold, as the harness times."""
     l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size

@@ -65,7 +65,7 @@ def meta_kwargs(described: dict) -> dict:
 class Precompiled:
     """What one `precompile` call did, recorded beside the search it served."""
 
-    specialisations: int  # distinct launches among the candidates' kernels
+    specialisations: int  # distinct launches among the candidates' forwards
     compiled: int  # of those, how many were new to this process and compiled by the workers
     failed: int  # of those, how many did not compile (the search reports them again)
     workers: int
@@ -82,19 +82,18 @@ class Precompiled:
 
 
 def specialisations(
-    described: dict, configs: list[SSDConfig], kernels: set[str], sms: int
+    described: dict, configs: list[SSDConfig], sms: int
 ) -> dict[tuple[str, str], tuple[dict, int]]:
-    """{(mangled name, compiler hints): (config, launch index)} of each distinct launch of
-    `kernels` among the configs' forwards: what decides a cubin, and where to rebuild it."""
+    """{(mangled name, compiler hints): (config, launch index)} of each distinct launch among the
+    configs' forwards: what decides a cubin, and where to rebuild it."""
     from kernels.cutile.signatures import forward_launches
 
     kwargs = meta_kwargs(described)
     jobs: dict[tuple[str, str], tuple[dict, int]] = {}
     for config in configs:
         for index, (name, kernel, signature) in enumerate(forward_launches(kwargs, config, sms)):
-            if name in kernels:
-                key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
-                jobs.setdefault(key, (config.to_dict(), index))
+            key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+            jobs.setdefault(key, (config.to_dict(), index))
     return jobs
 
 
@@ -129,20 +128,15 @@ def worker_count() -> int:
 
 
 def precompile(
-    kwargs: dict,
-    configs: list[SSDConfig],
-    kernels: set[str],
-    arch: str,
-    sms: int,
-    workers: int | None = None,
+    kwargs: dict, configs: list[SSDConfig], arch: str, sms: int, workers: int | None = None
 ) -> Precompiled:
-    """Compile, in parallel, every distinct launch of `kernels` that the configs' forwards of
-    these inputs make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
+    """Compile, in parallel, every distinct launch that the configs' forwards of these inputs
+    make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
     skipping those this process precompiled for an earlier shape. Nothing is compiled when the
     cache is off: the cubins would not outlive the workers."""
     began = time.perf_counter()
     described = layouts(kwargs)
-    jobs = specialisations(described, configs, kernels, sms) if disk_cache_enabled() else {}
+    jobs = specialisations(described, configs, sms) if disk_cache_enabled() else {}
     new = {key: job for key, job in jobs.items() if (arch, *key) not in _PRECOMPILED}
     if not new:
         return Precompiled(len(jobs), 0, 0, 0, time.perf_counter() - began)

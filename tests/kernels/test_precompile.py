@@ -16,7 +16,6 @@ from kernels.cutile.config import forward_default_config
 from kernels.cutile.signatures import forward_launches
 
 PROBLEM = Problem(seqlen=2048, nheads=8, dstate=64, chunk_size=128)
-OUT_KERNELS = {"compute_out_kernel", "compute_out_chunk_kernel", "chunk_cb_kernel"}
 
 
 def _kwargs() -> dict:
@@ -49,20 +48,20 @@ def test_layouts_keep_what_a_forward_reads_and_rebuild_the_same_launches() -> No
     assert names == again
 
 
-def test_specialisations_are_distinct_and_only_of_the_named_kernels() -> None:
+def test_specialisations_are_the_distinct_launches_of_the_forwards() -> None:
     base = _base()
     configs = [replace(base, **c) for c in autotune.out_candidates(64, 128)]
     described = precompile.layouts(_kwargs())
-    jobs = precompile.specialisations(described, configs, OUT_KERNELS, 132)
-    # every candidate launches compute_out; some add chunk_cb, some compile alike
-    assert 0 < len(jobs) <= 2 * len(configs)
+    jobs = precompile.specialisations(described, configs, 132)
     kwargs = precompile.meta_kwargs(described)
+    names = []
     for key, (config, index) in jobs.items():
         name, kernel, signature = forward_launches(kwargs, base.from_dict(config))[index]
-        assert name in OUT_KERNELS
         assert key == (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
-    # the state walk is the same for all of them: one job
-    assert len(precompile.specialisations(described, configs, {"fwd_pass_state_kernel"}, 132)) == 1
+        names.append(name)
+    # the candidates differ in compute_out only: one chunk_cumsum and one state walk among them
+    assert names.count("chunk_cumsum_kernel") == names.count("fwd_pass_state_kernel") == 1
+    assert 0 < names.count("compute_out_kernel") <= len(configs)
 
 
 @pytest.mark.parametrize(
@@ -78,24 +77,26 @@ def test_disk_cache_setting(monkeypatch: pytest.MonkeyPatch, value, enabled: boo
 
 def test_nothing_is_compiled_without_a_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
-    done = precompile.precompile(_kwargs(), [_base()], OUT_KERNELS, "sm_90", 132)
+    done = precompile.precompile(_kwargs(), [_base()], "sm_90", 132)
     assert (done.specialisations, done.compiled, done.workers) == (0, 0, 0)
 
 
 def test_workers_fill_the_disk_cache_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two configs, two compute_out builds, compiled by two processes into the cache a later
-    launch reads; asked again, this process compiles nothing."""
+    """A forward of two configs that differ in compute_out: its launches and the second
+    compute_out, compiled by two processes into the cache a later launch reads; asked again, this
+    process compiles nothing."""
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(precompile, "_PRECOMPILED", set())
     base = _base()
     configs = [base, replace(base, out_occupancy=2)]
-    kernels = {"compute_out_kernel"}
-    done = precompile.precompile(_kwargs(), configs, kernels, "sm_90", 132, 2)
-    assert (done.specialisations, done.compiled, done.failed, done.workers) == (2, 2, 0, 2)
+    launches = len(forward_launches(_kwargs(), base))
+    done = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
+    built = launches + 1
+    assert (done.specialisations, done.compiled, done.failed, done.workers) == (built, built, 0, 2)
     with sqlite3.connect(tmp_path / "cache.db") as db:
-        assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == 2
-    again = precompile.precompile(_kwargs(), configs, kernels, "sm_90", 132, 2)
-    assert (again.specialisations, again.compiled, again.workers) == (2, 0, 0)
+        assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == built
+    again = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
+    assert (again.specialisations, again.compiled, again.workers) == (built, 0, 0)
     assert again.to_dict()["seconds"] < done.to_dict()["seconds"]
