@@ -3,12 +3,12 @@
 cuTile compiles a kernel at its first launch, one specialisation at a time, and most of a tuning
 search went on that: each of up to 230 candidates took a compile of about 1.3 s (compute_out at
 16K/64/128 on this project's CPU), and one search ran past 330 s on the H200 (155 s with the
-workers, half of it compiling). tileiras
-stores every cubin in cuTile's disk cache (`CUDA_TILE_CACHE_DIR`), keyed by the kernel's bytecode.
-Here worker processes build each candidate's exact launches on meta tensors
-(`signatures.forward_launches`, the names the GPU compiles) and compile them for the GPU's
-architecture into that cache, so the search's own launches find their cubins there. A
-specialisation that fails to compile is left to the search, which reports it.
+workers, half of it compiling). tileiras stores every cubin in cuTile's disk cache
+(`CUDA_TILE_CACHE_DIR`), keyed by the kernel's bytecode. Here worker processes build each
+candidate's exact launches on meta tensors (`signatures.forward_launches`, the names the GPU
+compiles) and compile them for the GPU's architecture into that cache, so the search's own
+launches find their cubins there. A specialisation that fails to compile is left to the search,
+which reports it.
 """
 
 from __future__ import annotations
