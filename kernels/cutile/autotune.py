@@ -195,22 +195,20 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     knobs change segment_scan's work). 16K/64/128 tuned on compute_out alone picked a config 3.9 %
     slower in the forward."""
     from kernels.cutile.launch import sm_count
-    from kernels.cutile.ssd import launch_forward
+    from kernels.cutile.ssd import launch_forward_of
 
     x, B = kwargs["x"], kwargs["B"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
     base = _defaults(kwargs)
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability(x.device))
     sms = sm_count(x.device)
-    names = ("x", "dt", "A", "B", "C", "chunk_size", "D", "z", "dt_bias", "initial_states")
-    inputs = [kwargs.get(n) for n in names] + [kwargs["dt_softplus"], kwargs["dt_limit"]]
     began = time.perf_counter()
 
     def search(start: SSDConfig, candidates: list[dict]) -> tuple[SSDConfig, dict]:
         """Compile `start` and its variants in parallel, then time their forwards."""
         configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
         compiled = precompile(kwargs, configs, arch, sms)
-        best, info = search_timed(configs, lambda c: launch_forward(*inputs, c))
+        best, info = search_timed(configs, lambda c: launch_forward_of(kwargs, c))
         start_us = info.pop("times_us").get(start, math.nan)
         return best, {**info, "start_us": round(start_us, 2), "precompile": compiled.to_dict()}
 

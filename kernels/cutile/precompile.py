@@ -23,8 +23,8 @@ import torch
 
 from kernels.cutile.config import SSDConfig
 
-# kwargs entries that are not tensors and that a forward reads (ssd_forward's options).
-OPTIONS = ("chunk_size", "dt_softplus", "dt_limit", "return_final_states")
+# kwargs entries that are not tensors and that a forward's launches depend on.
+OPTIONS = ("chunk_size", "dt_softplus", "dt_limit")
 
 
 @dataclass(frozen=True)

@@ -115,13 +115,10 @@ def forward_launches(
     launch order, on a GPU with `sms` SMs (the H200's 132 by default). `kwargs` are
     ssd_forward's inputs; meta tensors will do, so no GPU is needed."""
     from kernels.cutile import launch
-    from kernels.cutile.ssd import launch_forward
+    from kernels.cutile.ssd import launch_forward_of
 
-    names = ("x", "dt", "A", "B", "C", "chunk_size", "D", "z", "dt_bias", "initial_states")
     with launch.recorded(sms) as recording:
-        launch_forward(
-            *(kwargs.get(n) for n in names), kwargs["dt_softplus"], kwargs["dt_limit"], config
-        )
+        launch_forward_of(kwargs, config)
     return [
         (kernel._pyfunc.__name__, kernel, from_arguments(kernel, args))
         for _, kernel, args, _ in recording.launches

@@ -62,6 +62,14 @@ def ssd_forward(
     return (out, final) if return_final_states else out
 
 
+def launch_forward_of(kwargs: dict, config: SSDConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """`launch_forward` on ssd_forward's keyword arguments (the provider contract's dict)."""
+    names = ("x", "dt", "A", "B", "C", "chunk_size", "D", "z", "dt_bias", "initial_states")
+    return launch_forward(
+        *(kwargs.get(n) for n in names), kwargs["dt_softplus"], kwargs["dt_limit"], config
+    )
+
+
 def launch_forward(
     x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config
 ) -> tuple[torch.Tensor, torch.Tensor]:
