@@ -168,6 +168,15 @@ WAVE_WALKERS = 264
 # −4.1 % (128 heads) (change 30).
 SHORT_WALK = 1024
 
+# Up to dstate 128, this many walkers or more (batch × heads, one state block each) fill an
+# H200's 132 SMs at about one CTA each, so the walk runs in one segment: no segment_scan, and no
+# CTA of compute_out reads a segment's start state (folded in at dstate 64, a second product at
+# 128), which saves it 12-15 %, more than the longer walk costs (H200, chunk 128, 128 heads
+# against two segments: −5.9 to −8.6 % in all from 2K to 64K at dstate 64 and 128). With 32 or 64
+# heads, one segment of narrower walkers, 128 of them, lost 13-52 % (docs/performance.md,
+# change 36).
+FULL_WALKERS = 128
+
 # The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
 # at least CHUNK_MIN_CTAS CTAs: one fits per SM (168 registers, 8 worker warps), and fewer CTAs
 # than an H200 has SMs (132) lost (H200, chunk 128, against v12's defaults: 64K/64/256 −7.2 % with
@@ -187,7 +196,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
-    SHORT_WALK, with its loads at latency 2 (−1.5 % in all at 64K/128/128, change 24); from 256
+    SHORT_WALK, with its loads at latency 2 (−1.5 % in all at 64K/128/128, change 24); up to 128,
+    one segment where FULL_WALKERS walkers fill the GPU (at 128 one CTA per SM where they fit,
+    with chunk_cb and hinted decays, the tuner's pick at 64K/128/128, change 36); from 256
     on one segment (the walkers already fill the GPU, and the segment correction would cost
     compute_out ~14 %), with 32 state columns per CTA where 64 would leave SMs without a walker
     and launches are chained, and 128 where 64 would need a second wave.
@@ -214,9 +225,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     53 µs).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
+    walkers = 0 if size is None else size.batch * size.nheads  # up to dstate 128
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
     if dstate <= 64:
-        if size is not None and size.seqlen <= SHORT_WALK:
+        if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
@@ -226,10 +238,18 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
         if size is not None and size.seqlen <= SHORT_WALK:
             walk = replace(walk, state_segments=1, state_block_n=64, state_block_q=128)
+        elif walkers >= FULL_WALKERS:
+            walk = replace(walk, state_segments=1, state_block_n=128)
+            # Where they fit one per SM, that hint builds a walk of 255 registers, 9 % faster than
+            # two per SM's (64K/128/128: 0.700 against 0.768 ms); C·Bᵀ from chunk_cb with hinted
+            # decays, −1.5 % at 32K/128/128 (change 35).
+            if walkers <= WAVE_WALKERS // 2:
+                walk = replace(walk, state_occupancy=1)
+            out.update(out_cb=1, out_hint_decays=1)
         else:
             walk = replace(walk, state_block_n=128)
         return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
-    walkers = 0 if size is None else size.batch * size.nheads * (256 // 64)
+    walkers *= 256 // 64  # of 64 state columns
     block_n = 64
     if size is not None and walkers <= FEW_WALKERS and short:
         block_n = 32

@@ -173,9 +173,10 @@ def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, 
     [(1024, (1, 64, 128)), (2048, (0, 128, 64)), (65536, (0, 128, 64)), (None, (0, 128, 64))],
 )
 def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(seqlen, walk) -> None:
-    """Up to SHORT_WALK positions, whatever the heads, with 128-row steps; longer walks are
-    split into segments. walk: (segments, state columns, rows per step)."""
-    for nheads in (32, 128):
+    """Up to SHORT_WALK positions, whatever the heads, with 128-row steps; longer walks of fewer
+    than FULL_WALKERS walkers are split into segments. walk: (segments, state columns, rows per
+    step)."""
+    for nheads in (32, 64):
         size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
         config = default_config(128, size)
         assert (config.state_segments, config.state_block_n, config.state_block_q) == walk
@@ -183,11 +184,34 @@ def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(seqlen, w
 
 @pytest.mark.parametrize(("seqlen", "segments"), [(1024, 1), (2048, 0), (None, 0)])
 def test_short_walks_at_dstate_64_in_one_segment(seqlen, segments) -> None:
-    """Up to SHORT_WALK positions one segment, whatever the heads; longer walks take as many
-    segments as fill the GPU (0)."""
-    for nheads in (32, 128):
+    """Up to SHORT_WALK positions one segment, whatever the heads; longer walks of fewer than
+    FULL_WALKERS walkers take as many segments as fill the GPU (0)."""
+    for nheads in (32, 64):
         size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 256)
         assert default_config(64, size).state_segments == segments
+
+
+@pytest.mark.parametrize(
+    ("batch", "nheads", "walk"),
+    [(1, 64, (0, 2, 0)), (2, 32, (0, 2, 0)), (1, 128, (1, 1, 1)), (4, 32, (1, 1, 1)),
+     (1, 132, (1, 1, 1)), (1, 136, (1, 2, 1)), (2, 128, (1, 2, 1))],
+)  # fmt: skip
+def test_walks_that_fill_the_gpu_at_dstate_128_run_one_segment(batch, nheads, walk) -> None:
+    """From FULL_WALKERS (batch × heads) walkers on, one segment; one CTA per SM while they fit
+    in one such wave (132 on an H200), with C·Bᵀ from chunk_cb. walk: (segments, walk occupancy,
+    out_cb)."""
+    for seqlen in (2048, 65536):
+        config = default_config(128, ProblemSize(batch, seqlen, nheads, 128))
+        assert (config.state_segments, config.state_occupancy, config.out_cb) == walk
+        assert config.state_block_n == 128
+
+
+@pytest.mark.parametrize(("batch", "nheads", "segments"), [(1, 64, 0), (2, 64, 1), (1, 128, 1)])
+def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, segments) -> None:
+    """From FULL_WALKERS walkers on, one segment at two CTAs per SM (faster there than one's)."""
+    for seqlen in (2048, 65536):
+        config = default_config(64, ProblemSize(batch, seqlen, nheads, 128))
+        assert (config.state_segments, config.state_occupancy) == (segments, 2)
 
 
 @pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])
