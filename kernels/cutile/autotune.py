@@ -3,10 +3,14 @@
 The state walk's knobs and then compute_out's are searched on the point's own inputs, each
 candidate timed as the whole forward, captured in a CUDA graph and replayed from a cold L2 as the
 harness times it. Each search first compiles all its candidates in parallel processes into
-cuTile's disk cache (precompile.py), then times them in two rounds (`search_timed`); candidates
-that fail to compile are skipped. Its own search rather than `ct.tune.exhaustive_search`,
-which times one kernel alone and wraps every candidate in a new kernel object, so that its
-bytecode is rebuilt at every shape even when the cubin is cached.
+cuTile's disk cache (precompile.py), then times them in two rounds (`search_timed`). Skipped:
+candidates that fail to compile, and those with a launch that spills to local memory (the
+defaults are always timed). Every loss measured on the H200 came with spills or far more
+registers than the defaults' (docs/performance.md) and no pick kept spilled, while about half of
+compute_out's candidates spill, each costing the search about 0.4 s to load and time.
+The search is its own rather than `ct.tune.exhaustive_search`, which times one kernel alone and
+wraps every candidate in a new kernel object, so that its bytecode is rebuilt at every shape even
+when the cubin is cached.
 Results are cached by GPU architecture, shape, dtype, options and the cuda-tile / tileiras
 versions, so a sweep tunes each shape once and later runs reuse it. The cache is plain JSON
 written atomically; a corrupt or foreign file is reported and rebuilt, never trusted.
@@ -205,12 +209,19 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     began = time.perf_counter()
 
     def search(start: SSDConfig, candidates: list[dict]) -> tuple[SSDConfig, dict]:
-        """Compile `start` and its variants in parallel, then time their forwards."""
+        """Compile `start` and its variants in parallel, then time the forwards of `start` and
+        of the variants whose launches do not spill."""
         configs = list(dict.fromkeys([start, *(replace(start, **c) for c in candidates)]))
         compiled = precompile(kwargs, configs, arch, sms)
-        best, info = search_timed(configs, lambda c: launch_forward_of(kwargs, c))
+        kept = [c for c in configs if c == start or c not in compiled.spilling]
+        best, info = search_timed(kept, lambda c: launch_forward_of(kwargs, c))
         start_us = info.pop("times_us").get(start, math.nan)
-        return best, {**info, "start_us": round(start_us, 2), "precompile": compiled.to_dict()}
+        return best, {
+            **info,
+            "spilling_skipped": len(configs) - len(kept),
+            "start_us": round(start_us, 2),
+            "precompile": compiled.to_dict(),
+        }
 
     state_best, state_info = search(base, state_candidates(dstate, chunk_size))
     best, out_info = search(state_best, out_candidates(dstate, chunk_size))

@@ -8,7 +8,8 @@ workers, half of it compiling). tileiras stores every cubin in cuTile's disk cac
 candidate's exact launches on meta tensors (`signatures.forward_launches`, the names the GPU
 compiles) and compile them for the GPU's architecture into that cache, so the search's own
 launches find their cubins there. A specialisation that fails to compile is left to the search,
-which reports it.
+which reports it. The workers also read each cubin's resources, so that the search can skip the
+configurations whose launches spill (`Precompiled.spilling`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.cutile.config import SSDConfig
+from kernels.cutile.resources import Resources
 
 # kwargs entries that are not tensors and that a forward's launches depend on.
 OPTIONS = ("chunk_size", "dt_softplus", "dt_limit")
@@ -71,6 +73,7 @@ class Precompiled:
     failed: int  # of those, how many did not compile (the search reports them again)
     workers: int
     seconds: float
+    spilling: frozenset[SSDConfig] = frozenset()  # configs with a launch that uses local memory
 
     def to_dict(self) -> dict:
         return {
@@ -79,42 +82,58 @@ class Precompiled:
             "failed": self.failed,
             "workers": self.workers,
             "seconds": round(self.seconds, 1),
+            "spilling": len(self.spilling),
         }
+
+
+Key = tuple[str, str]  # (mangled name, compiler hints): what decides a cubin
+
+
+def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
+    """The key of each launch of a config's forward of `kwargs` (meta tensors), in launch order."""
+    from kernels.cutile.signatures import forward_launches
+
+    return [
+        (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+        for name, kernel, signature in forward_launches(kwargs, config, sms)
+    ]
 
 
 def specialisations(
     described: dict, configs: list[SSDConfig], sms: int
-) -> dict[tuple[str, str], tuple[dict, int]]:
-    """{(mangled name, compiler hints): (config, launch index)} of each distinct launch among the
-    configs' forwards: what decides a cubin, and where to rebuild it."""
-    from kernels.cutile.signatures import forward_launches
-
+) -> dict[Key, tuple[dict, int]]:
+    """{key: (config, launch index)} of each distinct launch among the configs' forwards: what
+    decides a cubin, and where to rebuild it."""
     kwargs = meta_kwargs(described)
-    jobs: dict[tuple[str, str], tuple[dict, int]] = {}
-    for config in configs:
-        for index, (name, kernel, signature) in enumerate(forward_launches(kwargs, config, sms)):
-            key = (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+    return _distinct({config: launch_keys(kwargs, config, sms) for config in configs})
+
+
+def _distinct(keys: dict[SSDConfig, list[Key]]) -> dict[Key, tuple[dict, int]]:
+    jobs: dict[Key, tuple[dict, int]] = {}
+    for config, launches in keys.items():
+        for index, key in enumerate(launches):
             jobs.setdefault(key, (config.to_dict(), index))
     return jobs
 
 
-# Specialisations precompiled by this process: the search launched each of them after, so they
-# are in cuTile's in-memory cache too, and a later shape needs neither workers nor a lookup.
-_PRECOMPILED: set[tuple[str, str, str]] = set()  # (arch, mangled name, compiler hints)
+# Specialisations precompiled by this process, with their resources (None: did not compile): the
+# search launched each of them after, so they are in cuTile's in-memory cache too, and a later
+# shape needs neither workers nor a lookup.
+_PRECOMPILED: dict[tuple[str, str, str], Resources | None] = {}  # (arch, *key)
 
 
-def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> bool:
-    """In a worker: compile one launch into the disk cache; whether it compiled."""
-    from kernels.cutile.resources import compile_cubin
+def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> Resources | None:
+    """In a worker: compile one launch into the disk cache; its resources, or None if it did not
+    compile."""
+    from kernels.cutile.resources import compile_cubin, read_cubin
     from kernels.cutile.signatures import forward_launches
 
     launches = forward_launches(meta_kwargs(described), SSDConfig.from_dict(config), sms)
     _, kernel, signature = launches[index]
     try:
-        compile_cubin(kernel, signature, arch)
+        return read_cubin(compile_cubin(kernel, signature, arch))
     except Exception:  # noqa: BLE001 - any compile failure: the search times and reports it
-        return False
-    return True
+        return None
 
 
 def disk_cache_enabled() -> bool:
@@ -133,19 +152,38 @@ def precompile(
 ) -> Precompiled:
     """Compile, in parallel, every distinct launch that the configs' forwards of these inputs
     make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
-    skipping those this process precompiled for an earlier shape. Nothing is compiled when the
-    cache is off: the cubins would not outlive the workers."""
+    skipping those this process precompiled for an earlier shape, and name the configs with a
+    launch that spills. Nothing is compiled when the cache is off: the cubins would not outlive
+    the workers."""
     began = time.perf_counter()
     described = layouts(kwargs)
-    jobs = specialisations(described, configs, sms) if disk_cache_enabled() else {}
+    kwargs_meta = meta_kwargs(described)
+    keys = (
+        {config: launch_keys(kwargs_meta, config, sms) for config in configs}
+        if disk_cache_enabled()
+        else {}
+    )
+    jobs = _distinct(keys)
     new = {key: job for key, job in jobs.items() if (arch, *key) not in _PRECOMPILED}
-    if not new:
-        return Precompiled(len(jobs), 0, 0, 0, time.perf_counter() - began)
-    workers = max(1, min(workers or worker_count(), len(new)))
-    # spawn: the workers must not inherit the parent's CUDA context; they never touch the GPU.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = [pool.submit(_compile, described, c, i, arch, sms) for c, i in new.values()]
-        done = [f.result() for f in futures]
-    _PRECOMPILED.update((arch, *key) for key in new)
-    return Precompiled(len(jobs), len(new), done.count(False), workers, time.perf_counter() - began)
+    used = 0
+    if new:
+        used = max(1, min(workers or worker_count(), len(new)))
+        # spawn: the workers must not inherit the parent's CUDA context; they never touch the GPU.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(used, mp_context=context) as pool:
+            futures = {
+                key: pool.submit(_compile, described, c, i, arch, sms)
+                for key, (c, i) in new.items()
+            }
+            _PRECOMPILED.update({(arch, *key): f.result() for key, f in futures.items()})
+    failed = sum(_PRECOMPILED[(arch, *key)] is None for key in new)
+    spilling = frozenset(
+        config
+        for config, launches in keys.items()
+        if any(_spills(_PRECOMPILED.get((arch, *key))) for key in launches)
+    )
+    return Precompiled(len(jobs), len(new), failed, used, time.perf_counter() - began, spilling)
+
+
+def _spills(resources: Resources | None) -> bool:
+    return resources is not None and resources.local_bytes > 0

@@ -284,6 +284,7 @@ def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
     assert record["compute_out"]["failed"] < record["compute_out"]["candidates"]
     for kernel in ("fwd_pass_state", "compute_out"):  # compiled in parallel before timing
         assert record[kernel]["precompile"]["specialisations"] > 0
+        assert 0 <= record[kernel]["spilling_skipped"] <= record[kernel]["precompile"]["spilling"]
     cached, again = configure(inputs.kwargs(), "cached", tmp_path / "tuning.json")
     assert cached == config and again["source"] == "cache"
     _check("tuned", problem, inputs, config)

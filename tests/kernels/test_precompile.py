@@ -1,4 +1,5 @@
-"""kernels.cutile.precompile on the CPU: layouts, distinct launches, the disk cache filled."""
+"""kernels.cutile.precompile on the CPU: layouts, distinct launches, the disk cache filled, the
+spilling configs named."""
 
 from __future__ import annotations
 
@@ -85,18 +86,21 @@ def test_workers_fill_the_disk_cache_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A forward of two configs that differ in compute_out: its launches and the second
-    compute_out, compiled by two processes into the cache a later launch reads; asked again, this
-    process compiles nothing."""
+    compute_out, compiled by two processes into the cache a later launch reads, the second
+    named as spilling (pairs of heads at dstate 64: 152 B on sm_90); asked again, this process
+    compiles nothing and still knows which spills."""
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(precompile, "_PRECOMPILED", set())
+    monkeypatch.setattr(precompile, "_PRECOMPILED", {})
     base = _base()
-    configs = [base, replace(base, out_occupancy=2)]
+    configs = [base, replace(base, out_heads=2)]
     launches = len(forward_launches(_kwargs(), base))
     done = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
     built = launches + 1
     assert (done.specialisations, done.compiled, done.failed, done.workers) == (built, built, 0, 2)
+    assert done.spilling == {configs[1]} and done.to_dict()["spilling"] == 1
     with sqlite3.connect(tmp_path / "cache.db") as db:
         assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == built
     again = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
     assert (again.specialisations, again.compiled, again.workers) == (built, 0, 0)
+    assert again.spilling == {configs[1]}
     assert again.to_dict()["seconds"] < done.to_dict()["seconds"]
