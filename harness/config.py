@@ -157,8 +157,8 @@ class BenchConfig:
     device: int = 0  # CUDA device index
     gpus: int = 1  # > 1: one shard per GPU of this node, in parallel (harness/local_gpus.py)
     # off: the per-dstate defaults every committed sweep ran. cached tunes each new shape first,
-    # about 100-160 s per shape on the H200 (16K/64/128: 155 s, 64K/128/128: 103 s after it), so
-    # it is asked for.
+    # a minute or two per shape on the H200 (16K/64/128: 76 s with 32 CPUs compiling, 155 s with
+    # 16 before spilling candidates were skipped), so it is asked for.
     tune: Tune = Tune.off
     triton_autotune: TritonAutotune = TritonAutotune.once
     chunk_policy: ChunkPolicy = ChunkPolicy.fixed

@@ -319,7 +319,7 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if config is not None:
         return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
     print(
-        "cuTile tuning: searching up to 230 configurations for this shape (about 100-160 s on "
+        "cuTile tuning: searching up to 230 configurations for this shape (a minute or two on "
         f"an H200, most of it compiling); the pick is then cached in {cache.path}",
         file=sys.stderr,
     )
