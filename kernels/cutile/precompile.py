@@ -99,16 +99,9 @@ def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
     ]
 
 
-def specialisations(
-    described: dict, configs: list[SSDConfig], sms: int
-) -> dict[Key, tuple[dict, int]]:
-    """{key: (config, launch index)} of each distinct launch among the configs' forwards: what
-    decides a cubin, and where to rebuild it."""
-    kwargs = meta_kwargs(described)
-    return _distinct({config: launch_keys(kwargs, config, sms) for config in configs})
-
-
-def _distinct(keys: dict[SSDConfig, list[Key]]) -> dict[Key, tuple[dict, int]]:
+def distinct_launches(keys: dict[SSDConfig, list[Key]]) -> dict[Key, tuple[dict, int]]:
+    """{key: (config, launch index)} of each distinct launch among configs' forwards, given each
+    config's `launch_keys`: what decides a cubin, and where to rebuild it."""
     jobs: dict[Key, tuple[dict, int]] = {}
     for config, launches in keys.items():
         for index, key in enumerate(launches):
@@ -163,7 +156,7 @@ def precompile(
         if disk_cache_enabled()
         else {}
     )
-    jobs = _distinct(keys)
+    jobs = distinct_launches(keys)
     new = {key: job for key, job in jobs.items() if (arch, *key) not in _PRECOMPILED}
     used = 0
     if new:

@@ -49,12 +49,12 @@ def test_layouts_keep_what_a_forward_reads_and_rebuild_the_same_launches() -> No
     assert names == again
 
 
-def test_specialisations_are_the_distinct_launches_of_the_forwards() -> None:
+def test_distinct_launches_of_the_forwards() -> None:
     base = _base()
     configs = [replace(base, **c) for c in autotune.out_candidates(64, 128)]
-    described = precompile.layouts(_kwargs())
-    jobs = precompile.specialisations(described, configs, 132)
-    kwargs = precompile.meta_kwargs(described)
+    kwargs = precompile.meta_kwargs(precompile.layouts(_kwargs()))
+    keys = {config: precompile.launch_keys(kwargs, config, 132) for config in configs}
+    jobs = precompile.distinct_launches(keys)
     names = []
     for key, (config, index) in jobs.items():
         name, kernel, signature = forward_launches(kwargs, base.from_dict(config))[index]
