@@ -283,8 +283,8 @@ def compute_out_launch(
     out: torch.Tensor,
     config: SSDConfig,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of one launch: shared by the wrapper and the autotuner. With
-    `config.out_cb` this also launches chunk_cb, whose output the arguments hold."""
+    """(grid, kernel, arguments) of compute_out's launch. With `config.out_cb` this also launches
+    chunk_cb, whose output the arguments hold."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]

@@ -251,7 +251,7 @@ def fwd_pass_state_launch(
     initial_states: torch.Tensor | None,
     config: SSDConfig,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of one launch, outputs allocated: shared with the autotuner."""
+    """(grid, kernel, arguments) of the walk's launch, outputs allocated."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]

@@ -147,7 +147,7 @@ def precompile(
     make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
     skipping those this process precompiled for an earlier shape, and name the configs with a
     launch that spills. Nothing is compiled when the cache is off: the cubins would not outlive
-    the workers."""
+    the workers, and then no config is named as spilling (the search times them all)."""
     began = time.perf_counter()
     described = layouts(kwargs)
     kwargs_meta = meta_kwargs(described)
