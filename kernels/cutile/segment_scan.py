@@ -3,7 +3,10 @@
 fwd_pass_state walks segments of chunks in parallel, each from a zero state; here, per head and
 state block, H_0 = 0 (segment 0 already started from the initial states) and
 H_{s+1} = exp(total decay of segment s)·H_s + local end state of segment s; the last H is the
-final state. A handful of element-wise steps on (headdim × NB) tiles.
+final state. A handful of element-wise steps on (headdim × NB) tiles: a chain of loads, short
+enough to matter only where the whole forward is short (3-7 µs of 30-60 µs at 2K-8K with 32
+heads), so each step's loads are issued a step ahead and the tiles are narrow (16 state columns:
+four times the CTAs of 64, each waiting on less).
 """
 
 from __future__ import annotations
@@ -36,17 +39,30 @@ def segment_scan_kernel(
     batch = ct.bid(2)
     zero = ct.PaddingMode.ZERO
     state = ct.zeros((P, NB), dtype=ct.float32)
+    # Each segment's loads are issued before the previous segment's store, so that one step of
+    # the chain waits on one load's latency, not on a store and then a load (past the last
+    # segment the loads read padding).
+    decay = ct.load(seg_total, index=(batch, head, 0), shape=(1, 1, 1), padding_mode=zero)
+    local = ct.load(
+        seg_end, index=(batch, 0, head, 0, nblock), shape=(1, 1, 1, P, NB), padding_mode=zero
+    )
     for seg in range(segments):
+        next_decay = ct.load(
+            seg_total, index=(batch, head, seg + 1), shape=(1, 1, 1), padding_mode=zero
+        )
+        next_local = ct.load(
+            seg_end,
+            index=(batch, seg + 1, head, 0, nblock),
+            shape=(1, 1, 1, P, NB),
+            padding_mode=zero,
+        )
         ct.store(
             seg_start,
             index=(batch, seg, head, 0, nblock),
             tile=state.reshape((1, 1, 1, P, NB)).astype(seg_start.dtype),
         )
-        decay = ct.load(seg_total, index=(batch, head, seg), shape=(1, 1, 1)).reshape((1, 1))
-        local = ct.load(
-            seg_end, index=(batch, seg, head, 0, nblock), shape=(1, 1, 1, P, NB), padding_mode=zero
-        ).reshape((P, NB))
-        state = exp2(decay) * state + local
+        state = exp2(decay.reshape((1, 1))) * state + local.reshape((P, NB))
+        decay, local = next_decay, next_local
     ct.store(final, index=(batch, head, 0, nblock), tile=state.reshape((1, 1, P, NB)))
 
 
@@ -54,7 +70,7 @@ def segment_scan(
     seg_end: torch.Tensor,
     seg_total: torch.Tensor,
     dtype: torch.dtype,
-    block_n: int = 64,
+    block_n: int = 16,
     dependent: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch segment_scan; returns (state at each segment's start in `dtype`, final fp32).
