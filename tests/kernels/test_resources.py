@@ -17,7 +17,7 @@ import pytest
 from kernels.cutile.resources import nvdisasm, read_cubin, sass_digest
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-f1bc8eb.jsonl"
+SYMBOLS = RUNS / "symbols-4c34279.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
@@ -52,10 +52,10 @@ def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
 
 @pytest.mark.slow
 def test_a_kernel_name_the_gpu_launched_compiles_as_its_launch_does() -> None:
-    """compute_out at 64K/128/128 as the H200 launched it at 50a4a77 (its mangled name, as a
-    profiler shows it, read back by `from_symbol`) compiles to what the CPU builds for that launch:
-    three CTAs per SM fit (at most 80 registers a thread, no spills). That launch had the walk's
-    two segments, which the defaults dropped at 128 heads in change 36."""
+    """compute_out at 64K/128/128 as the H200 launched it (its mangled name, as a profiler shows
+    it, read back by `from_symbol`) compiles to what the CPU builds for that launch under the
+    configuration recorded beside it: three CTAs per SM fit (at most 80 registers a thread, no
+    spills)."""
     rows = [json.loads(line) for line in SYMBOLS.read_text().splitlines()]
     (row,) = [
         r for r in rows
@@ -64,8 +64,7 @@ def test_a_kernel_name_the_gpu_launched_compiles_as_its_launch_does() -> None:
     ]  # fmt: skip
     from_name = _compiled(row["symbol"], row["occupancy"])
     assert row["occupancy"] == 3 and from_name.local_bytes == 0 and from_name.registers <= 80
-    two_segments = {"state_segments": 0, "state_occupancy": 2, "out_cb": 0, "out_hint_decays": 0}
-    assert from_name == _launched("65536:128:128", two_segments)
+    assert from_name == _launched("65536:128:128", row["config"])
 
 
 @pytest.mark.slow
