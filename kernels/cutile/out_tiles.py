@@ -127,7 +127,7 @@ def folded_state(
     TM: int, P: int, NS: int, slices: int, mma_dtype,
 ):  # fmt: skip
     """C[m]·(h_local + scale·H_segment)ᵀ, the sum taken in the states' stored dtype (packed bf16
-    FMAs for bf16 inputs: −0.7 to −1.7 % at segmented dstate-64 points against an fp32 sum, the
+    FMAs for bf16 inputs: against an fp32 sum −0.2 to −1.7 % at segmented dstate-64 points, the
     same errors; docs/performance.md, change 38); H of segment 0 is zero (segment_scan), so no
     branch."""
     scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1)).reshape((1, 1))
