@@ -140,6 +140,12 @@ class ProblemSize:
 # at 1024-2048 without it; docs/performance.md, change 12).
 CB_MIN_TILES = 1024
 
+# At dstate 256 with chunks up to CHUNK_KERNEL_MAX_Q, from this many output tiles on (four heads
+# per CTA over CHUNK_MIN_CTAS CTAs) the chunk kernel beats computing C·Bᵀ inside compute_out
+# (H200, chunk 128: −5.6 % at 2K/32/256 and −5.9 % at 1K/64/256 with 512 tiles; at 1K/32/256,
+# 256 tiles, two heads per CTA +4 %, four +18 %; docs/performance.md, change 39).
+CHUNK_MIN_TILES = 512
+
 # Short problems: up to this many positions × heads. There the launch gaps PDL removes are a
 # visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128; chaining
 # compute_out too, a further −1 to −5 %, change 34); from 4K/32 on its wait and release cost
@@ -147,17 +153,14 @@ CB_MIN_TILES = 1024
 # +3 % at 64K/64/256; docs/performance.md, change 20).
 SHORT_POSITIONS = 65536
 
-# At dstate 256, up to this many walkers of 64 state columns (batch × heads × 4) leave SMs of an
-# H200 (132) without one; walkers of 32 columns double them. That pays only with chained launches
-# (−5 to −8 % at 4K-64K/32/256, change 19); without them 64 columns are faster (4K and 16K/32/256:
-# −6 %, change 20), a difference of the code the compiler makes.
-FEW_WALKERS = 128
-
 # At dstate 256, more walkers of 64 state columns than this (two CTAs per SM on an H200's 132 SMs)
 # run in two waves, each as long as the whole walk; walkers of 128 columns halve them into one
-# (H200, chunk 128: 64K/128/256 walk 1.369 → 1.115 ms, −6.6 % in all; 16K/128/256 −8.7 %). With
-# one wave already, 128 columns lose (64K/64/256 +3.3 %, 64K/32/256 +20 %; docs/performance.md,
-# change 33).
+# (H200, chunk 128: 64K/128/256 walk 1.369 → 1.115 ms, −6.6 % in all; 16K/128/256 −8.7 %;
+# docs/performance.md, change 33). Where 128-column walkers fit one per SM (up to half this
+# many), they run so, each built with up to 255 registers: from FULL_WALKERS of them (64 heads:
+# −7.6 to −8.0 % in all from 8K to 64K, −5.5 % at 2K), and for short problems with fewer (32
+# heads: −9.6 % at 1K, −10.9 % at 2K against 32-column walkers); longer walks of fewer keep 64
+# columns at two per SM (4K-64K/32/256: +3.9 to +5.6 % with 128; change 39).
 WAVE_WALKERS = 264
 
 # Sequences up to this long walk each state slice in one segment: segment_scan's launch costs
@@ -200,8 +203,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     one segment where FULL_WALKERS walkers fill the GPU (at 128 one CTA per SM where they fit,
     with chunk_cb and hinted decays, the tuner's pick at 64K/128/128, change 36); from 256
     on one segment (the walkers already fill the GPU, and the segment correction would cost
-    compute_out ~14 %), with 32 state columns per CTA where 64 would leave SMs without a walker
-    and launches are chained, and 128 where 64 would need a second wave.
+    compute_out ~14 %), with 128 state columns per CTA at one CTA per SM where such walkers fit
+    in one wave and fill the GPU or the problem is short, 128 at two per SM where 64 would need a
+    second wave, and 64 otherwise.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -213,9 +217,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
       −2.5 %);
-    - at 256, with at least CB_MIN_TILES output tiles: for chunks up to CHUNK_KERNEL_MAX_Q, the
-      chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over it
-      (−6 to −11 % in all, change 32); for longer chunks chunk_cb computes C·Bᵀ once per group,
+    - at 256: for chunks up to CHUNK_KERNEL_MAX_Q with at least CHUNK_MIN_TILES output tiles,
+      the chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over
+      it (−6 to −11 % in all, change 32); for longer chunks with at least CB_MIN_TILES, chunk_cb
+      computes C·Bᵀ once per group,
       and compute_out runs CTAs of one head with 32-column k-tiles, its loads at latency 2 (−1
       to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
       against three with unhinted decays; four unhinted lost 10-13 %, change 29). With fewer
@@ -249,15 +254,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         else:
             walk = replace(walk, state_block_n=128)
         return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
-    walkers *= 256 // 64  # of 64 state columns
-    block_n = 64
-    if size is not None and walkers <= FEW_WALKERS and short:
-        block_n = 32
-    elif walkers > WAVE_WALKERS:
-        block_n = 128
-    walk = replace(walk, state_block_n=block_n, state_block_q=256, state_segments=1)
+    walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)
+    wide = walkers * 2  # walkers of 128 state columns
+    if size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
+        walk = replace(walk, state_block_n=128, state_occupancy=1)
+    elif walkers * 4 > WAVE_WALKERS:  # of 64 columns
+        walk = replace(walk, state_block_n=128)
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
-    if whole_chunks and size.output_tiles >= CB_MIN_TILES:
+    if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
     if size is None or size.output_tiles >= CB_MIN_TILES:
         return replace(

@@ -146,26 +146,20 @@ def test_launches_chained_only_up_to_64k_positions_times_heads(batch, seqlen, nh
 
 
 @pytest.mark.parametrize(
-    ("batch", "seqlen", "nheads", "block_n"),
-    [
-        (1, 1024, 32, 32),
-        (1, 2048, 16, 32),
-        (1, 1024, 33, 64),
-        (1, 1024, 64, 64),
-        (1, 4096, 32, 64),
-        (1, 65536, 66, 64),
-        (1, 1024, 67, 128),
-        (1, 65536, 128, 128),
-        (2, 1024, 64, 128),
-    ],
-)
-def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, block_n) -> None:
-    """batch × heads × 4 walkers of 64 state columns: up to FEW_WALKERS (128) of them, with
-    chained launches, take 32 columns, doubling them; more than WAVE_WALKERS (264) take 128, one
-    wave instead of two; a problem of unknown size takes 64."""
-    size = ProblemSize(batch, seqlen, nheads, 256)
-    assert default_config(256, size).state_block_n == block_n
-    assert default_config(256).state_block_n == 64
+    ("batch", "seqlen", "nheads", "walk"),
+    [(1, 1024, 32, (128, 1)), (1, 2048, 16, (128, 1)), (1, 1024, 64, (128, 1)),
+     (1, 65536, 64, (128, 1)), (1, 65536, 66, (128, 1)), (1, 4096, 32, (64, 2)),
+     (1, 65536, 63, (64, 2)), (1, 1024, 67, (128, 2)), (1, 65536, 128, (128, 2)),
+     (2, 1024, 64, (128, 2))],
+)  # fmt: skip
+def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, walk) -> None:
+    """batch × heads × 2 walkers of 128 state columns run one per SM where they fit in one wave
+    (up to WAVE_WALKERS // 2) and either fill the GPU (FULL_WALKERS) or the problem is short;
+    more than WAVE_WALKERS walkers of 64 columns take 128 at two per SM, one wave instead of two;
+    the rest, and a problem of unknown size, 64. walk: (state columns, walk occupancy)."""
+    config = default_config(256, ProblemSize(batch, seqlen, nheads, 256))
+    assert (config.state_block_n, config.state_occupancy) == walk
+    assert (default_config(256).state_block_n, default_config(256).state_occupancy) == (64, 2)
 
 
 @pytest.mark.parametrize(
@@ -259,12 +253,14 @@ def test_compute_out_at_dstate_256_chunk_256_four_ctas_of_one_head_hinted_where_
     ("batch", "seqlen", "nheads", "chunk_size", "heads"),
     [(1, 65536, 64, 128, 64), (1, 16384, 32, 128, 32), (1, 4096, 32, 128, 8),
      (2, 4096, 32, 128, 16), (1, 2048, 128, 128, 16), (1, 1024, 128, 64, 16),
-     (1, 2048, 32, 128, 0), (1, 65536, 64, 256, 0)],
+     (1, 2048, 32, 128, 4), (1, 1024, 64, 128, 4), (1, 1024, 32, 128, 0),
+     (1, 65536, 64, 256, 0)],
 )  # fmt: skip
 def test_chunk_kernel_at_dstate_256_with_the_most_heads_that_leave_128_ctas(
     batch, seqlen, nheads, chunk_size, heads
 ) -> None:
-    """Chunks up to 128 with chunk_cb's tile count; one CTA per SM, so at least CHUNK_MIN_CTAS."""
+    """Chunks up to 128 with CHUNK_MIN_TILES output tiles or more; one CTA per SM, so at least
+    CHUNK_MIN_CTAS."""
     size = ProblemSize(batch, seqlen, nheads, chunk_size)
     config = default_config(256, size)
     assert config.out_chunk_heads == heads

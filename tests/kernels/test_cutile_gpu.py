@@ -71,6 +71,7 @@ CASES = {
     "default-sweep-point": dict(seqlen=4096, nheads=64, dstate=128, return_final_states=False),
     "N256-Q128-chunk-kernel": dict(seqlen=4096, nheads=32, dstate=256, chunk_size=128),
     "N256-Q128-wide-walkers": dict(seqlen=2048, nheads=128, dstate=256, chunk_size=128),
+    "N256-Q128-walkers-one-per-sm": dict(seqlen=2048, nheads=32, dstate=256, chunk_size=128),
     "models-codestral": dict(seqlen=2048, nheads=128, ngroups=8, dstate=128),
 }
 
