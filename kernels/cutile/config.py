@@ -177,7 +177,7 @@ SHORT_WALK = 1024
 # 128), which saves it 12-15 %, more than the longer walk costs (H200, chunk 128, 128 heads
 # against two segments: −5.9 to −8.6 % in all from 2K to 64K at dstate 64 and 128). With 32 or 64
 # heads, one segment of narrower walkers, 128 of them, lost 13-52 % (docs/performance.md,
-# change 36).
+# change 36). At dstate 256 it counts walkers of 128 state columns (two per head; WAVE_WALKERS).
 FULL_WALKERS = 128
 
 # The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
@@ -230,7 +230,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     53 µs).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
-    walkers = 0 if size is None else size.batch * size.nheads  # up to dstate 128
+    walkers = 0 if size is None else size.batch * size.nheads
     walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
