@@ -199,7 +199,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
-    SHORT_WALK, with its loads at latency 2 (−1.5 % in all at 64K/128/128, change 24); up to 128,
+    SHORT_WALK (of 128 columns, one CTA per SM, for short problems), with its loads at latency 2
+    (−1.5 % in all at 64K/128/128, change 24); up to 128,
     one segment where FULL_WALKERS walkers fill the GPU (at 128 one CTA per SM where they fit,
     with chunk_cb and hinted decays, the tuner's pick at 64K/128/128, change 36); from 256
     on one segment (the walkers already fill the GPU, and the segment correction would cost
@@ -253,6 +254,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             out.update(out_cb=1, out_hint_decays=1)
         else:
             walk = replace(walk, state_block_n=128)
+        if short:
+            # Short walks of 128 columns at one CTA per SM (up to 255 registers) beat two per
+            # SM's (H200, chunk 128: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128,
+            # −1.4 % at 1K/32/128; at 1K/128/128, not short, +3.6 %; change 40).
+            walk = replace(walk, state_block_n=128, state_occupancy=1)
         return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
     walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)
     wide = walkers * 2  # walkers of 128 state columns

@@ -163,17 +163,21 @@ def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, 
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "walk"),
-    [(1024, (1, 64, 128)), (2048, (0, 128, 64)), (65536, (0, 128, 64)), (None, (0, 128, 64))],
-)
-def test_short_walks_at_dstate_128_in_one_segment_of_64_column_walkers(seqlen, walk) -> None:
-    """Up to SHORT_WALK positions, whatever the heads, with 128-row steps; longer walks of fewer
-    than FULL_WALKERS walkers are split into segments. walk: (segments, state columns, rows per
-    step)."""
-    for nheads in (32, 64):
-        size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
-        config = default_config(128, size)
-        assert (config.state_segments, config.state_block_n, config.state_block_q) == walk
+    ("seqlen", "nheads", "walk"),
+    [(1024, 32, (1, 128, 128, 1)), (1024, 64, (1, 128, 128, 1)), (1024, 128, (1, 64, 128, 2)),
+     (2048, 32, (0, 128, 64, 1)), (2048, 64, (0, 128, 64, 2)), (65536, 32, (0, 128, 64, 2)),
+     (None, 32, (0, 128, 64, 2))],
+)  # fmt: skip
+def test_short_walks_at_dstate_128(seqlen, nheads, walk) -> None:
+    """Up to SHORT_WALK positions one segment taking 128 rows per step, of 64-column walkers at two
+    CTAs per SM, or of 128-column ones at one per SM for short problems (SHORT_POSITIONS); longer
+    walks of fewer than FULL_WALKERS walkers are split into segments. walk: (segments, state
+    columns, rows per step, walk occupancy)."""
+    size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
+    config = default_config(128, size)
+    assert (
+        config.state_segments, config.state_block_n, config.state_block_q, config.state_occupancy
+    ) == walk  # fmt: skip
 
 
 @pytest.mark.parametrize(("seqlen", "segments"), [(1024, 1), (2048, 0), (None, 0)])
