@@ -205,6 +205,15 @@ def expand_points(sweep: SweepConfig) -> list[Problem]:
     return problems
 
 
+def planned_points(meta: dict) -> list[str] | None:
+    """Keys of every point a run's sweep asks for, from the sweep recorded in its meta (None
+    where the meta has none): what a run cut short, or resumed, is measured against."""
+    try:
+        return [p.key() for p in expand_points(SweepConfig(**meta["config"]["sweep"]))]
+    except (KeyError, TypeError, ConfigError):
+        return None
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import analysis, markdown, records, stats
+from harness.config import planned_points
 from harness.gate import GateInputError, Run, load
 from harness.problem import SHAPE_FIELDS, Problem, flops
 
@@ -81,6 +82,15 @@ def best_fraction_of_peak(
     return float(fractions.max()), str(fractions.idxmax())
 
 
+def _timed_text(summary: dict, planned: list[str] | None) -> str:
+    """Points timed by both providers out of those in the run, and out of the sweep's where the
+    run holds fewer than its sweep asks for (a run cut short)."""
+    text = f"{summary['timed']}/{summary['points']}"
+    if planned is not None and len(planned) > summary["points"]:
+        text += f" of {len(planned)}"
+    return text
+
+
 def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
     """The markdown report of a series of loaded runs, oldest first."""
     gpus = sorted({name for run in runs for name in run.gpus})
@@ -97,7 +107,7 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
             (
                 f"`{run.meta.get('run_id', '')}`",
                 run.describe()["commit"][:12],
-                f"{summary['timed']}/{summary['points']}",
+                _timed_text(summary, planned_points(run.meta)),
                 markdown.ratio(summary["min"]),
                 markdown.ratio(summary["geomean"]),
                 markdown.ratio(summary["max"]),

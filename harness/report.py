@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from harness import analysis, markdown, plots, records
+from harness.config import planned_points
 
 #: records.MODES in report order: graph first (the headline: device time without host work).
 MODES = ("graph", *(m for m in records.MODES if m != "graph"))
@@ -112,6 +113,27 @@ def workers_table(workers: list[dict]) -> str:
     header = ("worker", "shard", "GPU", "GPU uuid", "host", "CUDA_VISIBLE_DEVICES", "state",
               "points measured")  # fmt: skip
     return markdown.table(header, rows)
+
+
+def coverage_section(df: pd.DataFrame, meta: dict) -> str | None:
+    """How many of the sweep's points every provider measured, from the sweep and providers in
+    the run's meta, so that a run cut short (a time limit, a lost node) reads as partial and
+    names what a resume of its run_id still has to measure. None where the meta lacks them."""
+    planned = planned_points(meta)
+    names = (meta.get("config") or {}).get("providers", {}).get("names")
+    if planned is None or not names:
+        return None
+    measured = set(zip(df["point"], df["provider"], strict=True)) if len(df) else set()
+    missing = [key for key in planned if any((key, name) not in measured for name in names)]
+    text = (
+        f"## Coverage\n\n{len(planned) - len(missing)} of the sweep's {len(planned)} points "
+        f"measured by every provider ({', '.join(names)})."
+    )
+    if not missing:
+        return text
+    listed = "\n".join(f"- `{key}`" for key in missing)
+    partial = "**Partial run.** Not measured yet (rerunning its run_id measures them):"
+    return f"{text} {partial}\n\n{listed}"
 
 
 def speedup_section(df: pd.DataFrame, baseline: str, candidate: str) -> str:
@@ -245,6 +267,7 @@ def render(
     sections = [
         f"# ssdbench report: {meta.get('run_id', '')}",
         environment_section(df, meta),
+        *([coverage] if (coverage := coverage_section(df, meta)) else []),
         speedup_section(df, baseline, candidate),
         "## Figures\n\n" + "\n\n".join(f"![{name}]({name})" for name in figure_names),
     ]

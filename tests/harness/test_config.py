@@ -122,6 +122,18 @@ def test_scalars_lists_and_dt_limit_pairs_expand() -> None:
     assert {p.dt_limit for p in config.validate(two)} == {(0.0, 0.1), (0.0, 1.0)}
 
 
+def test_planned_points_are_the_keys_of_the_sweep_in_a_runs_meta() -> None:
+    sweep = {"name": "cut", "seqlen": [1024, 2048], "nheads": 32}
+    keys = [Problem(seqlen=n, nheads=32).key() for n in (1024, 2048)]
+    assert config.planned_points({"config": {"sweep": sweep}}) == keys
+    for meta in (
+        {},
+        {"config": {"sweep": {**sweep, "bogus": 1}}},
+        {"config": {"sweep": {**sweep, "nheads": -1}}},
+    ):
+        assert config.planned_points(meta) is None
+
+
 def test_duplicate_points_are_measured_once() -> None:
     assert len(config.validate(bench("sweep=smoke", "sweep.seqlen=[1024,1024]"))) == 2
 

@@ -88,6 +88,18 @@ def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_
     assert "Time against `old`" in out
 
 
+def test_a_run_holding_fewer_points_than_its_sweep_says_so(capsys, tmp_path) -> None:
+    axes = {"sweep.nheads": [32, 64], "sweep.dstate": [64, 128]}
+    full = build_run(tmp_path, run_id="full", settings={"sweep.seqlen": [1024, 4096, 16384]} | axes)
+    cut = build_run(
+        tmp_path, run_id="cut", settings={"sweep.seqlen": [1024, 4096, 16384, 65536]} | axes
+    )
+    assert history.main([str(full), str(cut)]) == 0
+    out = capsys.readouterr().out
+    assert "| `full` | 0123456789ab | 12/12 |" in out
+    assert "| `cut` | 0123456789ab | 12/12 of 16 |" in out
+
+
 def _unusable(capsys, argv: list[str], *words: str) -> None:
     assert history.main(argv) == 2
     err = capsys.readouterr().err

@@ -133,3 +133,24 @@ def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> N
     plain = write_run(tmp_path / "plain", synthetic_table(), synthetic_meta())
     report.main([str(plain)])
     assert "Not recorded" in (plain / "report.md").read_text()
+
+
+def test_report_names_the_points_a_run_cut_short_did_not_measure(tmp_path: Path) -> None:
+    """The sweep and providers in the meta give the planned points; a point one provider lacks
+    counts as not measured, and a full run is said to be full."""
+    axes = {"sweep.seqlen": [1024, 4096, 16384], "sweep.nheads": [32, 64]}
+    axes |= {"sweep.dstate": [64, 128], "providers.names": ["cutile", "triton"]}
+    table = synthetic_table()
+    last = table["point"].iloc[-1]
+    cut = table[~((table["point"] == last) & (table["provider"] == "cutile"))]
+    for name, rows, expected in (("cut", cut, 11), ("full", table, 12)):
+        run = write_run(tmp_path / name, rows, synthetic_meta(settings=axes))
+        assert report.main([str(run)]) == 0
+        text = (run / "report.md").read_text()
+        coverage = text.split("## Coverage")[1].split("##")[0]
+        assert f"{expected} of the sweep's 12 points measured by every provider" in coverage
+        assert (f"- `{last}`" in coverage) == (name == "cut")
+        assert ("Partial run" in coverage) == (name == "cut")
+    plain = write_run(tmp_path / "plain", table, synthetic_meta())
+    assert report.main([str(plain)]) == 0
+    assert "## Coverage" not in (plain / "report.md").read_text()
