@@ -338,7 +338,7 @@ def test_per_point_triton_autotuning_is_reset_and_recorded(tmp_path: Path, monke
 
 
 def _slow_at(slow_chunk: int, wrong: bool = False):
-    """A right answer that takes 30 ms longer at `slow_chunk` (or is wrong there): far more than
+    """A right answer that takes 100 ms longer at `slow_chunk` (or is wrong there): far more than
     the reference itself varies between chunk lengths, even on a loaded CPU."""
     right, spoiled = _answer(), _answer(scale=1.5)
 
@@ -346,7 +346,7 @@ def _slow_at(slow_chunk: int, wrong: bool = False):
         if kwargs["chunk_size"] == slow_chunk:
             if wrong:
                 return spoiled(**kwargs)
-            time.sleep(0.03)
+            time.sleep(0.1)
         return right(**kwargs)
 
     return ssd_forward
@@ -368,7 +368,7 @@ def test_chunk_policy_fastest_runs_each_provider_at_its_faster_chunk(tmp_path: P
         assert {t["chunk_size"] for t in tunings} == {chosen}, name
         assert all(t["chunk_policy"] == "fastest" for t in tunings)
         screen = tunings[0]["chunk_screen_ms"]
-        assert set(screen) == {"32", "16"} and screen[str(48 - chosen)] > screen[str(chosen)] + 3
+        assert set(screen) == {"32", "16"} and screen[str(48 - chosen)] > screen[str(chosen)] + 10
         assert (by(df, name)["rel_err"] < 1e-2).all()
     # TFLOP/s come from the FLOP model at the chunk length that ran.
     row = by(df, "likes16", 64).query("mode == 'graph'").iloc[0]
