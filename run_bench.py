@@ -93,6 +93,8 @@ def _sweep(bench: BenchConfig) -> Path:
         return runner.run(bench)
     except runner.SweepAborted as exc:
         _fail(f"ssdbench: stopped: {exc}", 3)
+    except runner.OutOfTime as exc:
+        _fail(f"ssdbench: stopped: {exc}", 4)
 
 
 def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:

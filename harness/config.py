@@ -162,6 +162,10 @@ class BenchConfig:
     tune: Tune = Tune.off
     triton_autotune: TritonAutotune = TritonAutotune.once
     chunk_policy: ChunkPolicy = ChunkPolicy.fixed
+    # > 0: a point is started only if it can end within this many seconds of the sweep's start
+    # (each shard on its own, judged by its longest point so far); the rest is left for a rerun
+    # with the same run_id. For job time limits: the sweep stops between points, never inside one.
+    time_limit_s: float = 0.0
     progress: bool = True
 
 
@@ -244,6 +248,7 @@ def validate(cfg: BenchConfig) -> list[Problem]:
             raise ConfigError(f"{key}: {exc}") from None
     _check(cfg.check.reference_max_gib >= 0, "check.reference_max_gib must be >= 0")
     _check(cfg.device >= 0, f"device must be >= 0, got {cfg.device}")
+    _check(cfg.time_limit_s >= 0, f"time_limit_s must be >= 0 (0: none), got {cfg.time_limit_s}")
     _check(
         cfg.run_id is None or RUN_ID.fullmatch(cfg.run_id) is not None,
         f"run_id must be letters, digits, '.', '_' or '-', got {cfg.run_id!r}",

@@ -25,6 +25,7 @@ import math
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -62,6 +63,16 @@ class SweepAborted(RuntimeError):
         super().__init__(message)
         self.provider = provider
         self.rows: list[dict] = []
+
+
+class OutOfTime(RuntimeError):
+    """The sweep stopped at cfg.time_limit_s with points left; what it measured is recorded, and
+    a rerun with its run_id measures the rest."""
+
+
+def out_of_time(limit_s: float, elapsed_s: float, longest_s: float) -> bool:
+    """Whether a point as long as the longest so far would end past the limit (0: none)."""
+    return limit_s > 0 and elapsed_s + longest_s > limit_s
 
 
 @dataclass
@@ -526,13 +537,16 @@ def run(
     peaks: dict | None = None,
     env: dict | None = None,
     read_clocks: Callable[[], dict | None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Path:
     """Measure every point of `cfg` not yet in its run directory; returns that directory.
+    OutOfTime once cfg.time_limit_s stops it with points left (those measured are recorded).
 
     device defaults to cuda:<cfg.device>; timer, peaks, env and read_clocks default to the real
     CUDA timer, harness.peaks and harness.environment (nvidia-smi's clocks of this GPU; none off
-    CUDA). Tests pass fakes and run on "cpu".
+    CUDA); clock (seconds) times the limit. Tests pass fakes and run on "cpu".
     """
+    started = clock()
     problems = sharding.select(validate(cfg), cfg.shard.index, cfg.shard.count)
     provs = [providers.get(name) for name in cfg.providers.names]
     device = device or f"cuda:{cfg.device}"
@@ -572,8 +586,13 @@ def run(
         file=sys.stderr,
     )
     bar = tqdm(todo, unit="point", disable=not cfg.progress, dynamic_ncols=True)
+    longest = 0.0
     try:
         for problem, vs in bar:
+            if out_of_time(cfg.time_limit_s, clock() - started, longest):
+                worker["state"] = "out_of_time"
+                break
+            began = clock()
             bar.set_postfix_str(problem.key(), refresh=False)
             try:
                 outcomes = sweep.point(problem, vs)
@@ -594,7 +613,9 @@ def run(
                     bar.write(f"{problem.key()} {v.name}: {'; '.join(trouble)}")
             worker["measured"] += 1
             records.write_worker(run_dir, worker)  # a killed process's record still says how far
-        worker["state"] = "done"
+            longest = max(longest, clock() - began)
+        if worker["state"] == "running":
+            worker["state"] = "done"
     except KeyboardInterrupt:
         worker["state"] = "interrupted"
         print(f"ssdbench: interrupted; rerun with run_id={run_dir.name} to resume", file=sys.stderr)
@@ -607,4 +628,10 @@ def run(
         worker["ended"] = environment.now_utc()
         records.write_worker(run_dir, worker)
         records.consolidate(run_dir)
+    if worker["state"] == "out_of_time":
+        left = len(todo) - worker["measured"]
+        raise OutOfTime(
+            f"time_limit_s={cfg.time_limit_s:g} reached with {left} of {len(todo)} points left"
+            f"{share}; rerun with run_id={run_dir.name} to measure them"
+        )
     return run_dir

@@ -95,6 +95,7 @@ def test_typo_fails_naming_the_key(override: str, named: str) -> None:
         ("providers.names=[]", "providers.names must name"),
         ("check.fallback=nope", "check.fallback: unknown provider"),
         ("run_id=../escape", "run_id must be"),
+        ("time_limit_s=-1", "time_limit_s must be >= 0"),
     ],
 )
 def test_bad_value_fails_naming_the_field(override: str, named: str) -> None:

@@ -86,3 +86,25 @@ def test_the_exit_keeps_the_status_and_output_but_skips_teardown(code, status, e
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (status, "last line", err)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [("SweepAborted", 3), ("OutOfTime", 4)],
+)
+def test_a_sweep_that_stops_early_exits_with_its_own_status_in_one_line(
+    error: str, status: int, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A broken CUDA context (3) and the time limit (4) both leave a resumable run; a script
+    tells them apart by the status."""
+    from harness import config, runner
+
+    def stop(bench):
+        raise getattr(runner, error)("left 3 of 5 points; rerun with run_id=r1")
+
+    monkeypatch.setattr(runner, "run", stop)
+    with pytest.raises(SystemExit) as exit_:
+        load_module()._sweep(config.BenchConfig())
+    assert exit_.value.code == status
+    err = capsys.readouterr().err
+    assert err == "ssdbench: stopped: left 3 of 5 points; rerun with run_id=r1\n"

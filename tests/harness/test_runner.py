@@ -4,6 +4,7 @@ float64 reference, a wall-clock timer standing in for CUDA, and the run director
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -211,6 +212,43 @@ def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(runner.Sweep, "point", real)
     sweep(cfg)
     assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
+
+
+def test_time_limit_stops_between_points_and_a_rerun_measures_the_rest(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Each point takes 10 s of a fake clock; with 15 s the second would end at 20 s, so the
+    sweep records the first, says what is left and stops; a rerun without the limit finishes."""
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1", "time_limit_s=15")
+    now = [100.0]
+    real = runner.Sweep.point
+
+    def ten_seconds(self, problem, provs):
+        now[0] += 10
+        return real(self, problem, provs)
+
+    monkeypatch.setattr(runner.Sweep, "point", ten_seconds)
+    run = functools.partial(
+        runner.run, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV, clock=lambda: now[0]
+    )
+    with pytest.raises(runner.OutOfTime, match="time_limit_s=15 reached with 1 of 2 points left"):
+        run(cfg)
+    run_dir = tmp_path / "cpu" / "r1"
+    assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)[:1]}
+    assert [w["state"] for w in records.read_workers(run_dir)] == ["out_of_time"]
+    assert set(records.load_run(run_dir / records.RESULTS_FILE)[0]["seqlen"]) == {32}
+    run(make_cfg(tmp_path, ["good"], "run_id=r1"))
+    assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
+
+
+@pytest.mark.parametrize(
+    ("limit", "elapsed", "longest", "stop"),
+    [(0, 1e9, 1e9, False), (10, 5, 4, False), (10, 5, 6, True), (10, 11, 0, True)],
+)
+def test_out_of_time_when_a_point_as_long_as_the_longest_would_end_past_the_limit(
+    limit, elapsed, longest, stop
+) -> None:
+    assert runner.out_of_time(limit, elapsed, longest) is stop
 
 
 def _keys(cfg: config.BenchConfig) -> list[str]:
