@@ -24,7 +24,9 @@ def test_notebook_runs_against_a_run_and_a_comparison(
 ) -> None:
     nbclient = pytest.importorskip("nbclient", reason="dev extra nbclient is not installed")
     pytest.importorskip("ipykernel", reason="dev extra ipykernel is not installed")
-    run = build_run(tmp_path, run_id="candidate")
+    axes = {"sweep.seqlen": [1024, 4096, 16384, 65536], "sweep.nheads": [32, 64]}
+    axes |= {"sweep.dstate": [64, 128], "providers.names": ["cutile", "triton"]}
+    run = build_run(tmp_path, run_id="candidate", settings=axes)  # 12 of the sweep's 16 points
     baseline = build_run(tmp_path / "baselines", run_id="baseline", jitter=0.01, ci_rel=0.02)
     monkeypatch.setenv("SSDBENCH_RUN", str(run))
     monkeypatch.setenv("SSDBENCH_COMPARE", str(baseline))
@@ -44,3 +46,5 @@ def test_notebook_runs_against_a_run_and_a_comparison(
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert f"run candidate from {run}" in text
     assert "PASS" in text
+    markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert "12 of the sweep's 16 points measured by every provider" in markdown
