@@ -91,6 +91,18 @@ def environment_section(df: pd.DataFrame, meta: dict) -> str:
     return text
 
 
+def worker_state(worker: dict, workers: list[dict]) -> str:
+    """The state a worker recorded, except that one still `running` when a later worker of its
+    shard started (a resume) was killed without recording its end (a job's time limit, SIGKILL):
+    its measured points count, the point it was in was measured again."""
+    state = worker.get("state", "")
+    shard, started = worker.get("shard", {}), worker.get("started") or ""
+    resumed = any(
+        w.get("shard", {}) == shard and (w.get("started") or "") > started for w in workers
+    )
+    return "killed (no end recorded)" if state == "running" and resumed else state
+
+
 def workers_table(workers: list[dict]) -> str:
     """The processes that measured the run (shards on several GPUs or SLURM jobs): which GPU each
     used, how far it got."""
@@ -106,7 +118,7 @@ def workers_table(workers: list[dict]) -> str:
                 gpu.get("uuid") or "",
                 env.get("hostname", ""),
                 env.get("cuda_visible_devices") or "",
-                w.get("state", ""),
+                worker_state(w, workers),
                 w.get("measured", ""),
             )
         )

@@ -154,3 +154,22 @@ def test_report_names_the_points_a_run_cut_short_did_not_measure(tmp_path: Path)
     plain = write_run(tmp_path / "plain", table, synthetic_meta())
     assert report.main([str(plain)]) == 0
     assert "## Coverage" not in (plain / "report.md").read_text()
+
+
+def test_a_worker_left_running_before_a_resume_of_its_shard_reads_as_killed() -> None:
+    """A killed worker's record still says `running`; once a later worker of the same shard has
+    started, the report says it was killed. The last one of a shard may really be running."""
+
+    def worker(name: str, index: int, started: str, state: str) -> dict:
+        shard = {"index": index, "count": 2}
+        return {"worker": name, "shard": shard, "started": started, "state": state, "measured": 3}
+
+    first = worker("vm:1", 0, "2026-11-30T16:01:00+00:00", "running")
+    other_shard = worker("vm:2", 1, "2026-11-30T16:01:00+00:00", "running")
+    resume = worker("vm:3", 0, "2026-11-30T17:03:10+00:00", "done")
+    workers = [first, other_shard, resume]
+    assert report.worker_state(first, workers) == "killed (no end recorded)"
+    assert report.worker_state(other_shard, workers) == "running"
+    assert report.worker_state(resume, workers) == "done"
+    table = report.workers_table(workers)
+    assert table.count("killed (no end recorded)") == 1 and "| done | 3 |" in table
