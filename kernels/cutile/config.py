@@ -153,6 +153,13 @@ CHUNK_MIN_TILES = 512
 # +3 % at 64K/64/256; docs/performance.md, change 20).
 SHORT_POSITIONS = 65536
 
+# Sequences up to CHAIN_SEQLEN with up to CHAIN_POSITIONS positions × heads chain their launches
+# too, the other knobs staying those of long problems (H200, chunk 128: −1.4 to −3.6 % at 1K/128
+# and 2K/64 with dstate 64-256; at 4K/32, as many positions, ±0.5 % at dstate 64 and 128 and
+# +9.9 % at 256; docs/performance.md, change 41).
+CHAIN_SEQLEN = 2048
+CHAIN_POSITIONS = 131072
+
 # At dstate 256, more walkers of 64 state columns than this (two CTAs per SM on an H200's 132 SMs)
 # run in two waves, each as long as the whole walk; walkers of 128 columns halve them into one
 # (H200, chunk 128: 64K/128/256 walk 1.369 → 1.115 ms, −6.6 % in all; 16K/128/256 −8.7 %;
@@ -193,7 +200,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     """The untuned launch configuration for a state size and a problem's size (None: a large
     problem). docs/performance.md has the evidence.
 
-    Short problems (SHORT_POSITIONS) chain their launches by PDL.
+    Short problems (SHORT_POSITIONS), and sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS,
+    chain their launches by PDL.
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
@@ -231,8 +239,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     53 µs).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
+    chained = short or int(
+        size is not None and size.seqlen <= CHAIN_SEQLEN and size.positions <= CHAIN_POSITIONS
+    )
     walkers = 0 if size is None else size.batch * size.nheads
-    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=short)
+    walk = replace(DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, dependent_launch=chained)
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)

@@ -12,7 +12,8 @@ CHAINED constant); left in but unused they still cost long kernels (change 20).
 
 Measured on the H200 and kept out:
 - compute_out is chained only where the whole chain is (short problems: −1 to −5 % at eight
-  of the sweep's nine, +1.7 % at 2K/32/256; change 34). At long ones the calls cost its tens of
+  of the sweep's nine, +1.7 % at 2K/32/256; change 34; and 1K-2K problems of up to twice as
+  many positions, change 41). At long ones the calls cost its tens of
   thousands of short CTAs more than the gap saves (with them: compute_out +11 to +12 % at
   64K/128/128 and 16K/64/64).
 - Releasing the successor after a kernel's main loop instead of at its start changed the

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from kernels.cutile import autotune
+from kernels.cutile import config as config_module
 from kernels.cutile.config import DEFAULT_CONFIG, ProblemSize, SSDConfig, default_config
 
 
@@ -132,12 +134,14 @@ def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, seqlen,
 
 @pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "chained"),
-    [(1, 1024, 32, 1), (1, 2048, 32, 1), (1, 1024, 64, 1), (2, 1024, 32, 1), (1, 4096, 32, 0),
-     (1, 2048, 64, 0), (2, 2048, 32, 0), (1, 65536, 128, 0)],
+    [(1, 1024, 32, 1), (1, 2048, 32, 1), (1, 1024, 64, 1), (2, 1024, 32, 1), (1, 4096, 16, 1),
+     (1, 2048, 64, 1), (2, 2048, 32, 1), (1, 1024, 128, 1), (1, 4096, 32, 0), (1, 2048, 128, 0),
+     (1, 65536, 128, 0)],
 )  # fmt: skip
-def test_launches_chained_only_up_to_64k_positions_times_heads(batch, seqlen, nheads, chained):
-    """PDL where launch gaps are a visible share (SHORT_POSITIONS), whatever the dstate and chunk
-    length; a problem of unknown size is a large one."""
+def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained):
+    """PDL where launch gaps are a visible share: up to SHORT_POSITIONS positions × heads, and
+    sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS, whatever the dstate and chunk length;
+    a problem of unknown size is a large one."""
     for dstate in (64, 128, 256):
         for chunk_size in (64, 256):
             size = ProblemSize(batch, seqlen, nheads, chunk_size)
@@ -317,3 +321,13 @@ def test_cached_policy_uses_the_cache_without_tuning(
     assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()
     err = capsys.readouterr().err  # a search takes minutes: the user is told why it is quiet
     assert err.startswith("cuTile tuning: searching") and str(path) in err
+
+
+def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None:
+    """2K/64 and 1K/128 chain their launches (change 41) and keep every other knob."""
+    sizes = [ProblemSize(1, 2048, 64, 128), ProblemSize(1, 1024, 128, 128)]
+    chained = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]
+    monkeypatch.setattr(config_module, "CHAIN_POSITIONS", 0)
+    plain = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]
+    assert {c.dependent_launch for c in chained} == {1}
+    assert [replace(c, dependent_launch=0) for c in chained] == plain
