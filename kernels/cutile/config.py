@@ -148,17 +148,19 @@ CHUNK_MIN_TILES = 512
 
 # Short problems: up to this many positions × heads. There the launch gaps PDL removes are a
 # visible share of the forward (H200: −5 to −8 % at 1K-2K/32/64, −2 % at 1K/32/128; chaining
-# compute_out too, a further −1 to −5 %, change 34); from 4K/32 on its wait and release cost
-# more than they save (+5 % at 4K/32/128, +10 to +13 % at 4K-16K/32/256 with 64-column walkers,
-# +3 % at 64K/64/256; docs/performance.md, change 20).
+# compute_out too, a further −1 to −5 %, change 34); with change 20's kernels, from 4K/32 on its
+# wait and release cost more than they saved (+5 % at 4K/32/128, +10 to +13 % at 4K-16K/32/256
+# with 64-column walkers, +3 % at 64K/64/256; docs/performance.md). CHAIN_SEQLEN goes further.
 SHORT_POSITIONS = 65536
 
 # Sequences up to CHAIN_SEQLEN with up to CHAIN_POSITIONS positions × heads chain their launches
 # too, the other knobs staying those of long problems (H200, chunk 128: −1.4 to −3.6 % at 1K/128
-# and 2K/64 with dstate 64-256; at 4K/32, as many positions, ±0.5 % at dstate 64 and 128 and
-# +9.9 % at 256; docs/performance.md, change 41).
-CHAIN_SEQLEN = 2048
-CHAIN_POSITIONS = 131072
+# and 2K/64 with dstate 64-256, change 41; −0.3 to −4.1 % at 2K/128, −1.5 to −2.1 % at 4K/64,
+# ±0.0 and −0.5 % at 4K/32 with dstate 64 and 128, change 42; docs/performance.md). Not where the
+# dstate-256 walk keeps 64-column walkers at two per SM (4K/32/256: +9.9 %; change 20 saw +10 to
+# +13 % from 4K to 16K there).
+CHAIN_SEQLEN = 4096
+CHAIN_POSITIONS = 262144
 
 # At dstate 256, more walkers of 64 state columns than this (two CTAs per SM on an H200's 132 SMs)
 # run in two waves, each as long as the whole walk; walkers of 128 columns halve them into one
@@ -201,7 +203,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     problem). docs/performance.md has the evidence.
 
     Short problems (SHORT_POSITIONS), and sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS,
-    chain their launches by PDL.
+    chain their launches by PDL (the latter not with dstate 256's 64-column walkers).
 
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), with two CTAs per SM; whole
@@ -277,6 +279,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         walk = replace(walk, state_block_n=128, state_occupancy=1)
     elif walkers * 4 > WAVE_WALKERS:  # of 64 columns
         walk = replace(walk, state_block_n=128)
+    elif not short:  # 64-column walkers, two per SM: PDL's wait and release cost more than it saves
+        walk = replace(walk, dependent_launch=0)
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)

@@ -134,18 +134,21 @@ def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, seqlen,
 
 @pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "chained"),
-    [(1, 1024, 32, 1), (1, 2048, 32, 1), (1, 1024, 64, 1), (2, 1024, 32, 1), (1, 4096, 16, 1),
-     (1, 2048, 64, 1), (2, 2048, 32, 1), (1, 1024, 128, 1), (1, 4096, 32, 0), (1, 2048, 128, 0),
-     (1, 65536, 128, 0)],
+    # chained: dependent_launch at dstate 64, 128 and 256
+    [(1, 1024, 32, (1, 1, 1)), (1, 2048, 32, (1, 1, 1)), (1, 1024, 64, (1, 1, 1)),
+     (2, 1024, 32, (1, 1, 1)), (1, 4096, 16, (1, 1, 1)), (1, 2048, 64, (1, 1, 1)),
+     (2, 2048, 32, (1, 1, 1)), (1, 1024, 128, (1, 1, 1)), (1, 2048, 128, (1, 1, 1)),
+     (1, 4096, 64, (1, 1, 1)), (1, 4096, 32, (1, 1, 0)), (2, 4096, 32, (1, 1, 1)),
+     (1, 8192, 32, (0, 0, 0)), (1, 4096, 128, (0, 0, 0)), (1, 65536, 128, (0, 0, 0))],
 )  # fmt: skip
 def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained):
     """PDL where launch gaps are a visible share: up to SHORT_POSITIONS positions × heads, and
-    sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS, whatever the dstate and chunk length;
-    a problem of unknown size is a large one."""
-    for dstate in (64, 128, 256):
+    sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS except with dstate 256's 64-column
+    walkers (4K/32/256), whatever the chunk length; a problem of unknown size is a large one."""
+    for dstate, expected in zip((64, 128, 256), chained, strict=True):
         for chunk_size in (64, 256):
             size = ProblemSize(batch, seqlen, nheads, chunk_size)
-            assert default_config(dstate, size).dependent_launch == chained
+            assert default_config(dstate, size).dependent_launch == expected
         assert default_config(dstate).dependent_launch == 0
 
 
@@ -324,8 +327,10 @@ def test_cached_policy_uses_the_cache_without_tuning(
 
 
 def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None:
-    """2K/64 and 1K/128 chain their launches (change 41) and keep every other knob."""
-    sizes = [ProblemSize(1, 2048, 64, 128), ProblemSize(1, 1024, 128, 128)]
+    """2K/64, 1K/128 (change 41), 2K/128 and 4K/64 (change 42) chain their launches and keep
+    every other knob."""
+    sizes = [ProblemSize(1, seqlen, nheads, 128) for seqlen, nheads in
+             [(2048, 64), (1024, 128), (2048, 128), (4096, 64)]]  # fmt: skip
     chained = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]
     monkeypatch.setattr(config_module, "CHAIN_POSITIONS", 0)
     plain = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]

@@ -73,9 +73,12 @@ CASES = {
     "N256-Q128-wide-walkers": dict(seqlen=2048, nheads=128, dstate=256, chunk_size=128),
     "N256-Q128-walkers-one-per-sm": dict(seqlen=2048, nheads=32, dstate=256, chunk_size=128),
     "models-codestral": dict(seqlen=2048, nheads=128, ngroups=8, dstate=128),
-    # chained by PDL beyond short problems (change 41), with the long problems' other knobs
+    # chained by PDL beyond short problems (change 41), with the long problems' other knobs,
     "chained-2K-64-heads": dict(seqlen=2048, nheads=64, dstate=64, chunk_size=128),
     "chained-1K-128-heads-N256": dict(seqlen=1024, nheads=128, dstate=256, chunk_size=128),
+    # and by change 42: C·Bᵀ from chunk_cb; walk segments with segment_scan
+    "chained-2K-128-heads-N128": dict(seqlen=2048, nheads=128, dstate=128, chunk_size=128),
+    "chained-4K-64-heads-N128": dict(seqlen=4096, nheads=64, dstate=128, chunk_size=128),
 }
 
 
