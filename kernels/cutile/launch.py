@@ -12,9 +12,10 @@ CHAINED constant); left in but unused they still cost long kernels (change 20).
 
 Measured on the H200 and kept out:
 - compute_out is chained only where the whole chain is (short problems: −1 to −5 % at eight
-  of the sweep's nine, +1.7 % at 2K/32/256, change 34; 1K-2K problems of up to twice as many
-  positions, change 41). At long ones the calls cost its tens of thousands of short CTAs more
-  than the gap saves (with them: compute_out +11 to +12 % at 64K/128/128 and 16K/64/64).
+  of the sweep's nine, +1.7 % at 2K/32/256, change 34; problems up to 4K of up to four times as
+  many positions, changes 41 and 42). At long ones the calls cost its tens of thousands of short
+  CTAs more than the gap saves (with them: compute_out +11 to +12 % at 64K/128/128 and
+  16K/64/64).
 - Releasing the successor after a kernel's main loop instead of at its start changed the
   compiled code: the walk and compute_out ran 1.6-2.4x slower, and two chunk_cb configurations
   gave wrong outputs (errors 1.2e-2 and 5.6e-2).
