@@ -333,7 +333,7 @@ def compute_out_launch(
 
 def chained(config: SSDConfig, chunk_size: int) -> bool:
     """Whether compute_out is launched as a programmatic dependent of the kernel before it: where
-    the config chains the launches (short problems, and 1K-2K ones of up to CHAIN_POSITIONS), for
+    the config chains the launches (short problems, and up to CHAIN_SEQLEN and CHAIN_POSITIONS), for
     the row-block kernel. Long problems launch it plainly: the wait costs their many short CTAs
     more than the launch gap it saves (+11 to +12 % at 64K/128/128 and 16K/64/64, change 18); the
     chunk kernel is launched plainly wherever it runs (2K/64/256 and 1K/128/256 chain only the
