@@ -336,8 +336,8 @@ def chained(config: SSDConfig, chunk_size: int) -> bool:
     the config chains the launches (short problems, and up to CHAIN_SEQLEN and CHAIN_POSITIONS), for
     the row-block kernel. Long problems launch it plainly: the wait costs their many short CTAs
     more than the launch gap it saves (+11 to +12 % at 64K/128/128 and 16K/64/64, change 18); the
-    chunk kernel is launched plainly wherever it runs (2K/64/256 and 1K/128/256 chain only the
-    kernels before it, change 41)."""
+    chunk kernel is launched plainly wherever it runs (where a dstate-256 problem chains beyond
+    SHORT_POSITIONS, only the kernels before it are chained; changes 41 and 42)."""
     return bool(config.dependent_launch) and not uses_chunk_kernel(config, chunk_size)
 
 
