@@ -9,7 +9,9 @@ compiles exactly those on any machine and reads their registers, spills and shar
 `kernel_resources.py --shapes` now builds the same launches on the CPU from meta tensors
 (kernels/cutile/signatures.py, `forward_launches`); this script is how that is checked:
 tests/kernels/test_signatures.py compares the CPU's names with the newest file it recorded, so a
-new kernel constant means recording again on a GPU.
+new kernel constant means recording again on a GPU. `--names-only` records the names without
+compiling or running the kernels (a name depends only on the arguments a launch is given): seconds
+instead of minutes, for when only the names are wanted.
 
     python scripts/kernel_symbols.py --shapes 65536:128:128,2048:32:256 \
         --variant base={} --variant rank1='{"out_rank1": 1}' --out symbols.jsonl
@@ -27,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.variants import parse_points, point_config  # noqa: E402
 
 
-def record_launches(problem, overrides: dict) -> list[dict]:
+def record_launches(problem, overrides: dict, run: bool = True) -> list[dict]:
     """Run cuTile's forward at `problem` with `overrides` over its default config; one record
-    per launch: kernel name, occupancy hint, mangled symbol."""
+    per launch: kernel name, occupancy hint, mangled symbol. `run=False` records each launch's
+    arguments without compiling or launching the kernel."""
     import cuda.tile as ct
     import torch
     from cuda.tile.compilation import CallingConvention, KernelSignature
@@ -53,7 +56,8 @@ def record_launches(problem, overrides: dict) -> list[dict]:
                 "config": config.to_dict(),  # so the names can be rebuilt after defaults change
             }
         )
-        return real_launch(stream, grid, kernel, args, **options)  # options: PDL
+        if run:
+            real_launch(stream, grid, kernel, args, **options)  # options: PDL
 
     ct.launch = recording_launch
     try:
@@ -69,12 +73,15 @@ def main() -> int:
     parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate[:chunk],...")
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
+    parser.add_argument(
+        "--names-only", action="store_true", help="record the names; compile and run nothing"
+    )
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
     with args.out.open("a") as out:
         for problem in problems:
             for name, overrides in variants:
-                for launch in record_launches(problem, overrides):
+                for launch in record_launches(problem, overrides, run=not args.names_only):
                     row = {"point": problem.key(), "variant": name, **launch}
                     out.write(json.dumps(row) + "\n")
                     print(row["point"][:24], name, row["kernel"], row["occupancy"], flush=True)

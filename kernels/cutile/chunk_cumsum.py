@@ -10,6 +10,7 @@ import math
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.launch import follow_previous, launch
 
 ConstInt = ct.Constant[int]
@@ -23,6 +24,7 @@ def chunk_cumsum_kernel(
     dt_bias,  # (h,) float32 (unused when HAS_BIAS is False)
     dt_out,  # (b, h, nchunks, Q) float32: dt after bias/softplus/clamp, 0 past seqlen
     dA_cumsum,  # (b, h, nchunks, Q) float32: inclusive cumsum of dt·A within the chunk
+    weight,  # (b, h, nchunks, Q) float32: exp(dA[Q-1] − dA)·dt, the walk's (unused unless WEIGHTS)
     seqlen: int,
     dt_min: float,
     dt_max: float,
@@ -31,6 +33,7 @@ def chunk_cumsum_kernel(
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
     CHAINED: ConstBool,
+    WEIGHTS: ConstBool,
 ):
     follow_previous(CHAINED)
     chunk = ct.bid(0)
@@ -58,6 +61,12 @@ def chunk_cumsum_kernel(
     index = (batch, 0, chunk, hblock)
     ct.store(dt_out, index=index, tile=d.reshape((1, Q, 1, HB)), order=(0, 3, 2, 1))
     ct.store(dA_cumsum, index=index, tile=cs.reshape((1, Q, 1, HB)), order=(0, 3, 2, 1))
+    if WEIGHTS:
+        # The state walk's weights, so its serial chain takes no exponential per element: the
+        # decay from each position to the chunk's end (at most 1) times dt.
+        last = ct.extract(cs, index=(Q - 1, 0), shape=(1, HB))
+        w = exp2(ct.minimum((last - cs) * LOG2E, 0.0)) * d
+        ct.store(weight, index=index, tile=w.reshape((1, Q, 1, HB)), order=(0, 3, 2, 1))
 
 
 def chunk_cumsum(
@@ -69,14 +78,16 @@ def chunk_cumsum(
     dt_limit: tuple[float, float],
     heads_per_block: int = 8,
     chained: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch chunk_cumsum; returns (dt_out, dA_cumsum), both (b, h, nchunks, chunk_size) fp32.
-    `chained`: the next kernel is launched as its programmatic dependent (kernels/cutile/launch.py),
-    so this one releases it."""
+    weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Launch chunk_cumsum; returns (dt_out, dA_cumsum, the walk's weights or None), each
+    (b, h, nchunks, chunk_size) fp32. `chained`: the next kernel is launched as its programmatic
+    dependent (kernels/cutile/launch.py), so this one releases it."""
     batch, seqlen, nheads = dt.shape
     nchunks = math.ceil(seqlen / chunk_size)
     dt_out = torch.empty(batch, nheads, nchunks, chunk_size, device=dt.device, dtype=torch.float32)
     dA_cumsum = torch.empty_like(dt_out)
+    weight = torch.empty_like(dt_out) if weights else torch.empty(1, 1, 1, 1, device=dt.device)
     has_bias = dt_bias is not None
     bias = dt_bias if has_bias else torch.empty(1, device=dt.device, dtype=torch.float32)
     hb = min(heads_per_block, 1 << (nheads - 1).bit_length())
@@ -91,6 +102,7 @@ def chunk_cumsum(
             bias,
             dt_out,
             dA_cumsum,
+            weight,
             seqlen,
             float(dt_limit[0]),
             float(dt_limit[1]),
@@ -99,7 +111,8 @@ def chunk_cumsum(
             has_bias,
             dt_softplus,
             chained,
+            weights,
         ),
         dependent=False,
     )
-    return dt_out, dA_cumsum
+    return dt_out, dA_cumsum, weight if weights else None

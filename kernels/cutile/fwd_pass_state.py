@@ -44,6 +44,18 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
     return state
 
 
+def _chunk_weights(dA_cumsum, dt_out, weight, batch, head, chunk, Q: int, LAT: int, WEIGHTS: bool):
+    """`_chunk_decays`, except that with WEIGHTS the second tile is chunk_cumsum's weights
+    exp(dA_last − dA)·dt in place of dt, so that the walk's steps take no exponential per
+    position (it needs dA then only for dA_last)."""
+    if WEIGHTS:
+        index = (batch, head, chunk, 0)
+        dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
+        w = ct.load(weight, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
+        return dA, w, ct.extract(dA, index=(Q - 1,), shape=(1,)) * LOG2E
+    return _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, LAT)
+
+
 def _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q: int, LAT: int):
     """dA and dt of a whole chunk, loaded once with the loop's latency hint so the compiler fetches
     them ahead with x and B, and dA_last in log2 units, taken from the dA tile rather than by a
@@ -64,14 +76,16 @@ def _step_rows(chunk_tile, step, Q: int, TQ: int):
 
 def _weighted_x_b(
     acc, x, b, chunk_dA, chunk_dt, dA_last, batch, head, chunk, step, steps,
-    Q: int, P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int,
+    Q: int, P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int, WEIGHTS: bool,
 ):  # fmt: skip
     """acc + Xᵀ·(B ⊙ exp(dA_last − dA) ⊙ dt) over TQ rows of one head; the weights go on the
     operand WEIGHT_X names (that operand is computed in registers, the other comes from memory)."""
-    dA = _step_rows(chunk_dA, step, Q, TQ)
     dt = _step_rows(chunk_dt, step, Q, TQ)
-    # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
-    weight = exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
+    weight = dt  # with WEIGHTS, chunk_cumsum's weights
+    if not WEIGHTS:
+        dA = _step_rows(chunk_dA, step, Q, TQ)
+        # Decay from each position to the chunk end, dA_last in log2 units; min(…, 0) keeps it ≤ 1.
+        weight = exp2(ct.minimum(dA_last - dA * LOG2E, 0.0)) * dt
     # Xᵀ as a (P, TQ) tile: tile axis 1 is x's headdim axis, tile axis 3 its seqlen axis.
     xt = ct.load(
         x,
@@ -118,6 +132,7 @@ def fwd_pass_state_kernel(
     seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
+    weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -132,6 +147,7 @@ def fwd_pass_state_kernel(
     SEGMENTED: ConstBool,
     CHAINED: ConstBool,
     LAT: ConstInt,
+    WEIGHTS: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -153,11 +169,15 @@ def fwd_pass_state_kernel(
 
     for chunk in range(first, last):
         _store_state(states, state0, batch, chunk, head, nblock, P, NB)
-        dA0, dt0, dA_last0 = _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, LAT)
+        dA0, dt0, dA_last0 = _chunk_weights(
+            dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS
+        )
         dA1, dt1, dA_last1 = dA0, dt0, dA_last0
         if HS == 2:
             _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
-            dA1, dt1, dA_last1 = _chunk_decays(dA_cumsum, dt_out, batch, head + 1, chunk, Q, LAT)
+            dA1, dt1, dA_last1 = _chunk_weights(
+                dA_cumsum, dt_out, weight, batch, head + 1, chunk, Q, LAT, WEIGHTS
+            )
         if SEGMENTED:
             if nblock == 0:
                 ct.store(
@@ -189,12 +209,12 @@ def fwd_pass_state_kernel(
             ).reshape((TQ, NB))
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,
-                Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
+                Q, P, TQ, WEIGHT_X, mma_dtype, LAT, WEIGHTS,
             )  # fmt: skip
             if HS == 2:
                 acc1 = _weighted_x_b(
                     acc1, x, b, dA1, dt1, dA_last1, batch, head + 1, chunk, step, steps,
-                    Q, P, TQ, WEIGHT_X, mma_dtype, LAT,
+                    Q, P, TQ, WEIGHT_X, mma_dtype, LAT, WEIGHTS,
                 )  # fmt: skip
         state0 = acc0
         state1 = acc1
@@ -225,16 +245,19 @@ def fwd_pass_state(
     B: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
+    weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
 ) -> StatePass:
     """Launch fwd_pass_state (and segment_scan when the chunks are split into segments)."""
     from kernels.cutile.segment_scan import segment_scan
 
-    grid, kernel, args = fwd_pass_state_launch(x, B, dt_out, dA_cumsum, initial_states, config)
+    grid, kernel, args = fwd_pass_state_launch(
+        x, B, dt_out, dA_cumsum, weight, initial_states, config
+    )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    segments, seg_len = args[11:13]
+    segments, seg_len = args[12:14]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
     seg_start, final = segment_scan(
@@ -248,6 +271,7 @@ def fwd_pass_state_launch(
     B: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
+    weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
     config: SSDConfig,
 ) -> tuple[tuple[int, int, int], object, tuple]:
@@ -280,9 +304,10 @@ def fwd_pass_state_launch(
         states, seg_end,
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
+        weight if weight is not None else unused,
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
-        bool(config.dependent_launch), config.state_latency,
+        bool(config.dependent_launch), config.state_latency, weight is not None,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -84,7 +84,7 @@ def launch_forward(
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
-    dt_out, dA_cumsum = chunk_cumsum(
+    dt_out, dA_cumsum, weight = chunk_cumsum(
         dt,
         A,
         dt_bias,
@@ -93,8 +93,9 @@ def launch_forward(
         dt_limit,
         config.cumsum_heads,
         bool(config.dependent_launch),
+        bool(config.state_weights),
     )
-    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, config)
+    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 

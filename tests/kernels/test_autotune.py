@@ -153,6 +153,17 @@ def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained)
 
 
 @pytest.mark.parametrize(
+    "size", [ProblemSize(1, 1024, 32, 128), ProblemSize(1, 65536, 128, 256), None]
+)
+def test_the_walk_reads_its_weights_from_chunk_cumsum(size) -> None:
+    """Every default walk takes chunk_cumsum's exp(dA_last − dA)·dt (change 44); the plain config
+    keeps the walk that computes them itself, which the GPU cases still check."""
+    for dstate in (64, 128, 256):
+        assert default_config(dstate, size).state_weights == 1
+    assert DEFAULT_CONFIG.state_weights == 0
+
+
+@pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "walk"),
     [(1, 1024, 32, (128, 1)), (1, 2048, 16, (128, 1)), (1, 1024, 64, (128, 1)),
      (1, 65536, 64, (128, 1)), (1, 65536, 66, (128, 1)), (1, 4096, 32, (64, 2)),

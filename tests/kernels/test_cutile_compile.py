@@ -88,6 +88,15 @@ CASES = {
         SMALL,
         {"dependent_launch": 0, "state_latency": 2, "out_latency": 8},
     ),
+    # The walk's weights from chunk_cumsum.
+    "walk-weights-N256-two-heads": (
+        replace(SMALL, dstate=256),
+        {"state_weights": 1, "state_heads": 2, "state_segments": 2},
+    ),
+    "walk-weights-on-b-fp32-z-ragged": (
+        FP32_Z_RAGGED,
+        {"state_weights": 1, "state_weight_x": 0, "state_segments": 3},
+    ),
 }
 
 

@@ -31,3 +31,15 @@ def test_bad_arguments_fail_before_any_gpu_work(
     )
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("overrides", [{}, {"dependent_launch": 1, "state_weights": 0}])
+def test_names_only_records_what_a_run_launches(overrides: dict) -> None:
+    """`--names-only` skips compiling and launching; the names it records are the ones a run
+    launches, with segments (segment_scan) at 4K/32/64."""
+    from scripts.kernel_symbols import record_launches
+    from scripts.variants import parse_shape
+
+    problem = parse_shape("4096:32:64:128")
+    assert record_launches(problem, overrides, run=False) == record_launches(problem, overrides)
