@@ -1,6 +1,6 @@
 """kernels/cutile/signatures.py: the launches of a forward, built on the CPU from meta tensors, are
 the specialisations a GPU launched (mangled names and the config of each launch, recorded on the
-H200 by scripts/kernel_symbols.py; SYMBOLS names the commit)."""
+H200 by scripts/kernel_symbols.py, with --names-only since e5b5da9; SYMBOLS names the commit)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kernels.cutile.signatures import forward_launches  # noqa: E402
 from scripts.variants import parse_shape  # noqa: E402
 
 SYMBOLS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = SYMBOLS / "symbols-4c34279.jsonl"
+SYMBOLS = SYMBOLS / "symbols-e5b5da9.jsonl"
 SHAPES = {
     "b1_L65536_H128_P64_N128": "65536:128:128",
     "b1_L65536_H32_P64_N64": "65536:32:64",
