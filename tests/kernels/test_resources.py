@@ -17,7 +17,7 @@ import pytest
 from kernels.cutile.resources import nvdisasm, read_cubin, sass_digest
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-4c34279.jsonl"
+SYMBOLS = RUNS / "symbols-e5b5da9.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
