@@ -26,10 +26,6 @@ class SSDConfig:
     # fwd_pass_state reads its per-position weights exp(dA_last − dA)·dt from chunk_cumsum (1),
     # which computes them once, or computes them itself at every step (0).
     state_weights: int = 0
-    # The states entering the chunks each summed over every earlier chunk by CTAs of their own
-    # (1, prefix_states: no chain, work growing with the square of the chunk count; it reads
-    # chunk_cumsum's weights and ignores state_segments and state_heads), or walked (0).
-    state_prefix: int = 0
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -93,7 +89,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_prefix",
+            "out_fold_segments", "state_weights",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
@@ -215,7 +211,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), and reads those weights from
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
-    16K-64K/32/256, −3.5 % at 1K/32, change 44), with two CTAs per SM; whole
+    16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64, change
+    46), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40), with its loads
@@ -261,6 +258,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
+        else:
+            # Segmented walks here are not bound by their chain, so chunk_cumsum's third output
+            # costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with 32 and
+            # 64 heads computing the weights in the walk, ±0.5 % at 16K; change 46).
+            walk = replace(walk, state_weights=0)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
             out_fold_segments=1,

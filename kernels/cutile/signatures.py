@@ -31,14 +31,12 @@ from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import SSDConfig
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
-from kernels.cutile.prefix_states import prefix_states_kernel
 from kernels.cutile.segment_scan import segment_scan_kernel
 
 KERNELS = {
     "chunk_cumsum_kernel": chunk_cumsum_kernel,
     "fwd_pass_state_kernel": fwd_pass_state_kernel,
     "segment_scan_kernel": segment_scan_kernel,
-    "prefix_states_kernel": prefix_states_kernel,
     "chunk_cb_kernel": chunk_cb_kernel,
     "compute_out_kernel": compute_out_kernel,
     "compute_out_chunk_kernel": compute_out_chunk_kernel_8_warps,

@@ -1,5 +1,5 @@
 """Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum,
-fwd_pass_state, segment_scan when the state walk is split, or prefix_states, compute_out).
+fwd_pass_state, segment_scan when the state walk is split, compute_out).
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
@@ -79,7 +79,6 @@ def launch_forward(
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import fwd_pass_state
-    from kernels.cutile.prefix_states import prefix_states
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
@@ -94,12 +93,9 @@ def launch_forward(
         dt_limit,
         config.cumsum_heads,
         bool(config.dependent_launch),
-        bool(config.state_weights or config.state_prefix),
+        bool(config.state_weights),
     )
-    if config.state_prefix:
-        state_pass = prefix_states(x, B, dA_cumsum, weight, initial_states, config)
-    else:
-        state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
+    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 

@@ -153,13 +153,17 @@ def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained)
 
 
 @pytest.mark.parametrize(
-    "size", [ProblemSize(1, 1024, 32, 128), ProblemSize(1, 65536, 128, 256), None]
-)
-def test_the_walk_reads_its_weights_from_chunk_cumsum(size) -> None:
-    """Every default walk takes chunk_cumsum's exp(dA_last − dA)·dt (change 44); the plain config
-    keeps the walk that computes them itself, which the GPU cases still check."""
-    for dstate in (64, 128, 256):
-        assert default_config(dstate, size).state_weights == 1
+    ("size", "weights"),
+    [(ProblemSize(1, 1024, 32, 128), (1, 1, 1)), (ProblemSize(1, 65536, 128, 256), (1, 1, 1)),
+     (ProblemSize(1, 65536, 64, 128), (0, 1, 1)), (ProblemSize(1, 4096, 32, 128), (0, 1, 1)),
+     (None, (0, 1, 1))],
+)  # fmt: skip
+def test_the_walk_reads_its_weights_from_chunk_cumsum(size, weights) -> None:
+    """Default walks take chunk_cumsum's exp(dA_last − dA)·dt (change 44), except the segmented
+    walks at dstate 64, which compute them (change 46). weights: state_weights at dstate 64, 128,
+    256. The plain config computes them, which the GPU cases check beside the weights read."""
+    got = tuple(default_config(dstate, size).state_weights for dstate in (64, 128, 256))
+    assert got == weights
     assert DEFAULT_CONFIG.state_weights == 0
 
 

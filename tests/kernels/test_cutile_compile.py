@@ -97,12 +97,6 @@ CASES = {
         FP32_Z_RAGGED,
         {"state_weights": 1, "state_weight_x": 0, "state_segments": 3},
     ),
-    # The states summed over earlier chunks instead of walked.
-    "prefix-states-init": (SMALL, {"state_prefix": 1}),
-    "prefix-states-weights-on-x-fp32-z-ragged": (
-        replace(FP32_Z_RAGGED, chunk_size=64),
-        {"state_prefix": 1, "state_weight_x": 1, "dependent_launch": 0},
-    ),
 }
 
 
@@ -123,7 +117,7 @@ def test_every_launch_of_the_forward_compiles(case: str, arch: str) -> None:
 
 def test_the_cases_cover_every_kernel() -> None:
     """Across the cases, each kernel of the forward is launched (and so compiled) at least once,
-    segment_scan, prefix_states and chunk_cb included."""
+    segment_scan and chunk_cb included."""
     names = {
         name
         for problem, overrides in CASES.values()
@@ -133,5 +127,5 @@ def test_the_cases_cover_every_kernel() -> None:
     }
     assert names == {
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "chunk_cb_kernel",
-        "compute_out_kernel", "compute_out_chunk_kernel", "prefix_states_kernel",
+        "compute_out_kernel", "compute_out_chunk_kernel",
     }  # fmt: skip

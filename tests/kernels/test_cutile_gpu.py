@@ -131,8 +131,7 @@ def test_matches_reference(name: str) -> None:
 # other than the default, and a walk whose mma step covers the chunk (its dA and dt loaded once,
 # dA_last taken from the dA tile) for two heads, and four compute_out CTAs per SM with the
 # k-tiles' decays hinted (dstate 256's default with chunk_cb), and the walk's weights read from
-# chunk_cumsum (weights on x with two heads and segments, on B over whole chunks), and the states
-# summed over earlier chunks instead of walked (prefix_states; its final state too). Whole 256-row
+# chunk_cumsum (weights on x with two heads and segments, on B over whole chunks). Whole 256-row
 # chunks, so compute_out has row blocks past the first (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
@@ -163,10 +162,6 @@ CONFIGS = {
     "walk-weights-on-b-whole-chunks": SSDConfig(
         state_weights=1, state_weight_x=0, state_block_q=256, state_segments=1
     ),
-    "prefix-states": SSDConfig(state_prefix=1),
-    "prefix-states-weights-on-x-whole-chunks": SSDConfig(
-        state_prefix=1, state_weight_x=1, state_block_q=256, state_block_n=128, dependent_launch=0
-    ),
 }
 
 
@@ -196,23 +191,6 @@ CHUNK_KERNEL_CASES = {
         SSDConfig(out_chunk_heads=16, out_occupancy=1, out_hint_decays=1),
     ),
 }  # fmt: skip
-
-
-# prefix_states beyond the configurations above: many chunks with a ragged tail in fp32 (TF32),
-# one head per group in fp16 at dstate 256, and batches from initial states.
-PREFIX_CASES = {
-    "prefix-states-47-chunks-fp32": dict(seqlen=3000, chunk_size=64, dtype="float32"),
-    "prefix-states-N256-fp16-G=H": dict(nheads=8, ngroups=8, dstate=256, dtype="float16"),
-    "prefix-states-batch3-initial": dict(batch=3, seqlen=600, chunk_size=128,
-                                         has_initial_states=True),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", list(PREFIX_CASES))
-def test_prefix_states_problems(name: str) -> None:
-    problem = replace(BASE, **PREFIX_CASES[name])
-    config = SSDConfig(state_prefix=1, state_weight_x=1, state_block_q=256)
-    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
 
 @pytest.mark.parametrize("name", list(CHUNK_KERNEL_CASES))
