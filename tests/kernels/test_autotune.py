@@ -185,17 +185,19 @@ def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, 
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "nheads", "walk"),
-    [(1024, 32, (1, 128, 128, 1)), (1024, 64, (1, 128, 128, 1)), (1024, 128, (1, 64, 128, 2)),
-     (2048, 32, (0, 128, 64, 1)), (2048, 64, (0, 128, 64, 2)), (65536, 32, (0, 128, 64, 2)),
-     (None, 32, (0, 128, 64, 2))],
+    ("seqlen", "nheads", "chunk", "walk"),
+    [(1024, 32, 128, (1, 128, 128, 1)), (1024, 64, 128, (1, 128, 128, 1)),
+     (1024, 128, 128, (1, 64, 128, 2)), (1024, 32, 256, (1, 64, 128, 2)),
+     (1024, 64, 256, (1, 64, 128, 2)), (2048, 32, 128, (0, 128, 64, 1)),
+     (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 128, (0, 128, 64, 2)),
+     (65536, 32, 128, (0, 128, 64, 2)), (None, 32, 128, (0, 128, 64, 2))],
 )  # fmt: skip
-def test_short_walks_at_dstate_128(seqlen, nheads, walk) -> None:
+def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
     """Up to SHORT_WALK positions one segment taking 128 rows per step, of 64-column walkers at two
-    CTAs per SM, or of 128-column ones at one per SM for short problems (SHORT_POSITIONS); longer
-    walks of fewer than FULL_WALKERS walkers are split into segments. walk: (segments, state
-    columns, rows per step, walk occupancy)."""
-    size = None if seqlen is None else ProblemSize(1, seqlen, nheads, 128)
+    CTAs per SM, or of 128-column ones at one per SM for short problems (SHORT_POSITIONS) with
+    chunks up to 128; longer walks of fewer than FULL_WALKERS walkers are split into segments.
+    walk: (segments, state columns, rows per step, walk occupancy)."""
+    size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     config = default_config(128, size)
     assert (
         config.state_segments, config.state_block_n, config.state_block_q, config.state_occupancy
