@@ -215,7 +215,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     46), with two CTAs per SM; whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
-    SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40), with its loads
+    SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
+    only over chunks up to 128, change 47), with its loads
     at latency 2 (−1.5 % in all at 64K/128/128, change 24); up to 128, one segment where
     FULL_WALKERS walkers fill the GPU (at 128 one CTA per SM where they fit, with chunk_cb and
     hinted decays, the tuner's pick at 64K/128/128, change 36); from 256 on one segment (the
