@@ -211,8 +211,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     The state walk puts the decay weights on x, so the operand computed in registers is the mma's
     left one (1.75-2.25x faster walks on the H200 than weights on B), and reads those weights from
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
-    16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64, change
-    46), with two CTAs per SM; whole
+    16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
+    CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; beyond CHAIN_SEQLEN with the loads'
+    latency hint of each walk build's fastest pipeline (change 49); whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
@@ -252,6 +253,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         size is not None and size.seqlen <= CHAIN_SEQLEN and size.positions <= CHAIN_POSITIONS
     )
     walkers = 0 if size is None else size.batch * size.nheads
+    long = size is None or size.seqlen > CHAIN_SEQLEN
     walk = replace(
         DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, state_weights=1,
         dependent_launch=chained,
@@ -259,10 +261,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
-        else:
-            # Segmented walks here are not bound by their chain, so chunk_cumsum's third output
-            # costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with 32 and
-            # 64 heads computing the weights in the walk, ±0.5 % at 16K; change 46).
+        elif size is None or size.seqlen > CHAIN_SEQLEN:
+            # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
+            # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with
+            # 32 and 64 heads computing the weights in the walk, ±0.5 % at 16K; change 46); up to
+            # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
+            # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
@@ -270,6 +274,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         )  # fmt: skip
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
+        latency = 2
         if size is not None and size.seqlen <= SHORT_WALK:
             walk = replace(walk, state_segments=1, state_block_n=64, state_block_q=128)
         elif walkers >= FULL_WALKERS:
@@ -279,6 +284,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # decays, −1.5 % at 32K/128/128 (change 35).
             if walkers <= WAVE_WALKERS // 2:
                 walk = replace(walk, state_occupancy=1)
+                if long:
+                    # This build pipelines its loads deeper at 6 than at 2 (207 against 164 KB of
+                    # shared memory): −4.6 % at 64K/128/128, the walk 0.681 → 0.571 ms (change 49).
+                    latency = 6
             out.update(out_cb=1, out_hint_decays=1)
         else:
             walk = replace(walk, state_block_n=128)
@@ -288,15 +297,20 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # −1.4 % at 1K/32/128; at 1K/128/128, not short, +3.6 %; change 40), but not one
             # segment over chunks of 256 (1K/32/128 +15 %, 1K/64/128 +8 %; change 47).
             walk = replace(walk, state_block_n=128, state_occupancy=1)
-        return replace(walk, state_latency=2, out_heads=2, out_rank1=1, **out)
+        return replace(walk, state_latency=latency, out_heads=2, out_rank1=1, **out)
     walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)
     wide = walkers * 2  # walkers of 128 state columns
+    # The walks beyond CHAIN_SEQLEN take the latency hint whose build was fastest (change 49,
+    # H200): 8 for 128-column walkers (one per SM, 64 heads: −1.5 to −3.2 % at 8K-64K over chunks
+    # of 128, −16 to −18 % over 256, where the default hint's build has 123 KB of shared memory
+    # against 220; two per SM, 128 heads: −1.5 % at 64K), 2 for 64-column ones (32 heads: −1.3
+    # to −2.0 % at 16K-64K). Up to CHAIN_SEQLEN, 8 lost 10-12 % (2K-4K/64/256 over 256).
     if size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
-        walk = replace(walk, state_block_n=128, state_occupancy=1)
+        walk = replace(walk, state_block_n=128, state_occupancy=1, state_latency=8 if long else 4)
     elif walkers * 4 > WAVE_WALKERS:  # of 64 columns
-        walk = replace(walk, state_block_n=128)
+        walk = replace(walk, state_block_n=128, state_latency=8 if long else 4)
     elif not short:  # 64-column walkers, two per SM: PDL's wait and release cost more than it saves
-        walk = replace(walk, dependent_launch=0)
+        walk = replace(walk, dependent_launch=0, state_latency=2 if long else 4)
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)

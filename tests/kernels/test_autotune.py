@@ -155,13 +155,15 @@ def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained)
 @pytest.mark.parametrize(
     ("size", "weights"),
     [(ProblemSize(1, 1024, 32, 128), (1, 1, 1)), (ProblemSize(1, 65536, 128, 256), (1, 1, 1)),
-     (ProblemSize(1, 65536, 64, 128), (0, 1, 1)), (ProblemSize(1, 4096, 32, 128), (0, 1, 1)),
+     (ProblemSize(1, 65536, 64, 128), (0, 1, 1)), (ProblemSize(1, 8192, 32, 256), (0, 1, 1)),
+     (ProblemSize(1, 4096, 32, 128), (1, 1, 1)), (ProblemSize(1, 2048, 64, 256), (1, 1, 1)),
      (None, (0, 1, 1))],
 )  # fmt: skip
 def test_the_walk_reads_its_weights_from_chunk_cumsum(size, weights) -> None:
     """Default walks take chunk_cumsum's exp(dA_last − dA)·dt (change 44), except the segmented
-    walks at dstate 64, which compute them (change 46). weights: state_weights at dstate 64, 128,
-    256. The plain config computes them, which the GPU cases check beside the weights read."""
+    walks at dstate 64 beyond CHAIN_SEQLEN, which compute them (changes 46 and 48). weights:
+    state_weights at dstate 64, 128, 256. The plain config computes them, which the GPU cases
+    check beside the weights read."""
     got = tuple(default_config(dstate, size).state_weights for dstate in (64, 128, 256))
     assert got == weights
     assert DEFAULT_CONFIG.state_weights == 0
@@ -245,14 +247,32 @@ def test_segment_start_folded_into_the_carried_state_only_up_to_dstate_64(dstate
 @pytest.mark.parametrize(
     ("dstate", "seqlen", "state_latency", "out_latency"),
     [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 4, 4),
-     (256, None, 4, 2)],
+     (256, 4096, 4, 4), (256, 8192, 2, 2), (256, None, 2, 2)],
 )  # fmt: skip
 def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) -> None:
     """compute_out's x loads at 8 up to dstate 64 and at 2 where chunk_cb runs at 256; the walk's
-    loads at 2 at dstate 128; 4 (the knobs' default) elsewhere."""
+    loads at 2 at dstate 128 and for 32 heads' long walks at 256; 4 (the knobs' default)
+    elsewhere."""
     size = None if seqlen is None else ProblemSize(1, seqlen, 32, 256)
     config = default_config(dstate, size)
     assert (config.state_latency, config.out_latency) == (state_latency, out_latency)
+
+
+@pytest.mark.parametrize(
+    ("dstate", "nheads", "latencies"),
+    [(256, 64, (4, 4, 8, 8)), (256, 128, (4, 4, 8, 8)), (256, 32, (4, 4, 2, 2)),
+     (128, 128, (2, 2, 6, 6)), (128, 64, (2, 2, 2, 2)), (64, 128, (4, 4, 4, 4))],
+)  # fmt: skip
+def test_long_walks_take_the_latency_hint_of_their_fastest_build(dstate, nheads, latencies):
+    """Beyond CHAIN_SEQLEN the 128-column walkers at dstate 256 take 8, the 64-column ones 2,
+    and the one-per-SM walkers at dstate 128 take 6 (change 49), at either chunk length.
+    latencies: state_latency at 2K, 4K, 8K and 64K."""
+    for chunk in (128, 256):
+        got = tuple(
+            default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
+            for seqlen in (2048, 4096, 8192, 65536)
+        )
+        assert got == latencies
 
 
 @pytest.mark.parametrize(("seqlen", "occupancy", "block_k"), [(1024, 2, 64), (4096, 3, 32)])
