@@ -213,18 +213,17 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
     16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
     CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; beyond CHAIN_SEQLEN with the loads'
-    latency hint of each walk build's fastest pipeline (change 49); whole
-    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
-    columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
+    latency hint of each walk build's fastest pipeline (change 49; most of them over chunks of 128
+    only); whole chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128
+    state columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
-    only over chunks up to 128, change 47), with its loads
-    at latency 2 (−1.5 % in all at 64K/128/128, change 24); up to 128, one segment where
-    FULL_WALKERS walkers fill the GPU (at 128 one CTA per SM where they fit, with chunk_cb and
-    hinted decays, the tuner's pick at 64K/128/128, change 36); from 256 on one segment (the
-    walkers already fill the GPU, and the segment correction would cost compute_out ~14 %), with
-    128 state columns per CTA at one CTA per SM where such walkers fit in one wave and fill the
-    GPU or the problem is short, 128 at two per SM where 64 would need a second wave, and 64
-    otherwise.
+    only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
+    64K/128/128, change 24); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
+    one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at
+    64K/128/128, change 36); from 256 on one segment (the walkers already fill the GPU, and the
+    segment correction would cost compute_out ~14 %), with 128 state columns per CTA at one CTA per
+    SM where such walkers fit in one wave and fill the GPU or the problem is short, 128 at two per
+    SM where 64 would need a second wave, and 64 otherwise.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -254,6 +253,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     )
     walkers = 0 if size is None else size.batch * size.nheads
     long = size is None or size.seqlen > CHAIN_SEQLEN
+    # Most latency hints of change 49 were measured faster over chunks of 128 only (run 98: 6 at
+    # 16K-64K/128/128 over chunks of 256 +32 to +33 %; run 99: 2 at 16K-64K/32/256 +1.4 to +3 %).
+    long_q128 = size is not None and long and size.chunk_size <= 128
     walk = replace(
         DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, state_weights=1,
         dependent_launch=chained,
@@ -284,9 +286,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # decays, −1.5 % at 32K/128/128 (change 35).
             if walkers <= WAVE_WALKERS // 2:
                 walk = replace(walk, state_occupancy=1)
-                if long:
+                if long_q128:
                     # This build pipelines its loads deeper at 6 than at 2 (207 against 164 KB of
-                    # shared memory): −4.6 % at 64K/128/128, the walk 0.681 → 0.571 ms (change 49).
+                    # shared memory): −3.6 to −4.6 % at 8K-64K/128/128, the walk 0.681 → 0.571 ms
+                    # at 64K (change 49).
                     latency = 6
             out.update(out_cb=1, out_hint_decays=1)
         else:
@@ -301,16 +304,17 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)
     wide = walkers * 2  # walkers of 128 state columns
     # The walks beyond CHAIN_SEQLEN take the latency hint whose build was fastest (change 49,
-    # H200): 8 for 128-column walkers (one per SM, 64 heads: −1.5 to −3.2 % at 8K-64K over chunks
-    # of 128, −16 to −18 % over 256, where the default hint's build has 123 KB of shared memory
-    # against 220; two per SM, 128 heads: −1.5 % at 64K), 2 for 64-column ones (32 heads: −1.3
-    # to −2.0 % at 16K-64K). Up to CHAIN_SEQLEN, 8 lost 10-12 % (2K-4K/64/256 over 256).
+    # H200): 8 for 128-column walkers at one per SM (64 heads: −1.7 to −3.1 % at 8K-64K over
+    # chunks of 128, −16 to −18 % over 256, where the default hint's build has 123 KB of shared
+    # memory against 220; up to CHAIN_SEQLEN 8 lost 10-12 % over 256) and, over chunks of 128,
+    # at two per SM (128 heads: −0.1 to −1.3 %); 2 for 64-column ones over 128 (32 heads: −0.9
+    # to −2.0 %).
     if size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
         walk = replace(walk, state_block_n=128, state_occupancy=1, state_latency=8 if long else 4)
     elif walkers * 4 > WAVE_WALKERS:  # of 64 columns
-        walk = replace(walk, state_block_n=128, state_latency=8 if long else 4)
+        walk = replace(walk, state_block_n=128, state_latency=8 if long_q128 else 4)
     elif not short:  # 64-column walkers, two per SM: PDL's wait and release cost more than it saves
-        walk = replace(walk, dependent_launch=0, state_latency=2 if long else 4)
+        walk = replace(walk, dependent_launch=0, state_latency=2 if long_q128 else 4)
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
