@@ -10,7 +10,10 @@ RUNs (run directories or results Parquet files) are given oldest first. It print
 - for the last run, the speedup against the fastest baseline time any listed run recorded at each
   point. One run's speedups carry the luck of the baseline's autotune picks in that process; this
   one does not reward a slow pick;
-- for the last run, each provider's median time against the run before it: which side moved.
+- for the last run, each provider's median time against the run before it: which side moved;
+- for the last run, each provider's chunk screening times against the run before it, per chunk
+  length screened (chunk_policy=fastest). The length a provider did not run is timed only
+  there, so a change that slows that length shows nowhere else (docs/performance.md, change 49).
 
 Exit status 0, or 2 with a one-line message on stderr for input that cannot be read together
 (an unreadable run, runs measured on different GPU models, a run without rows in the mode).
@@ -19,6 +22,7 @@ Exit status 0, or 2 with a one-line message on stderr for input that cannot be r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -58,6 +62,36 @@ def time_change(previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode:
     """Per point timed in both runs: the provider's median time in `last` over `previous`."""
     before = _timed(previous, provider, mode)["median_ms"]
     return (_timed(last, provider, mode)["median_ms"] / before).dropna()
+
+
+def screen_times(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
+    """Per point (rows) and chunk length (columns, as in the tuning column): the provider's
+    screening median in ms (harness/runner.py, chunk_policy=fastest). A length whose screening
+    failed, and a run without screening, leave no value."""
+    tunings = _timed(table, provider, mode)["tuning"]
+    screens = {
+        point: {
+            chunk: ms
+            for chunk, ms in (json.loads(tuning or "{}").get("chunk_screen_ms") or {}).items()
+            if isinstance(ms, int | float)
+        }
+        for point, tuning in tunings.items()
+    }
+    return pd.DataFrame.from_dict(screens, orient="index")
+
+
+def screen_change(
+    previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode: str
+) -> dict[str, pd.Series]:
+    """Per chunk length screened in both runs: per point, the provider's screening time in `last`
+    over `previous`."""
+    before, after = screen_times(previous, provider, mode), screen_times(last, provider, mode)
+    changes = {}
+    for chunk in sorted(set(before.columns) & set(after.columns), key=int):
+        ratio = (after[chunk] / before[chunk].reindex(after.index)).dropna()
+        if not ratio.empty:
+            changes[chunk] = ratio
+    return changes
 
 
 def best_fraction_of_peak(
@@ -135,7 +169,29 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
             for side in sides
         ]
         lines.append(markdown.table(("provider", "points", "min", "median", "max"), rows))
+        lines += _screening_section(runs[-2], last, sides, mode)
     return "\n".join(lines) + "\n"
+
+
+def _screening_section(previous: Run, last: Run, sides: tuple[str, str], mode: str) -> list[str]:
+    """Markdown lines of each provider's chunk screening times against the run before; none
+    where neither run screened."""
+    rows = [
+        (side, chunk, *_spread_cells(ratio, last.table))
+        for side in sides
+        for chunk, ratio in screen_change(previous.table, last.table, side, mode).items()
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        f"## Chunk screening against `{previous.meta.get('run_id', '')}`",
+        "",
+        "Each provider's short screening of every chunk length it may run: the length it did "
+        "not run is timed only here.",
+        "",
+        markdown.table(("provider", "chunk", "points", "min", "median", "max"), rows),
+    ]
 
 
 def _peak_text(run: Run, provider: str, mode: str) -> str:

@@ -3,6 +3,7 @@ fractions at the problem's chunk length, and the command's output and exit codes
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -56,6 +57,31 @@ def test_time_change_is_last_over_previous_per_point() -> None:
     assert history.time_change(previous, last, "triton", GRAPH).to_numpy() == pytest.approx(1.0)
 
 
+def _screened(table: pd.DataFrame, provider: str, screens: dict) -> pd.DataFrame:
+    """A copy whose provider rows carry `screens` (chunk length → ms, or an error) as their
+    chunk screening, the same at every point."""
+    table = table.copy()
+    tuning = json.dumps({"chunk_policy": "fastest", "chunk_screen_ms": screens})
+    table.loc[table["provider"] == provider, "tuning"] = tuning
+    return table
+
+
+def test_screen_change_is_last_over_previous_per_chunk_length() -> None:
+    """The length not run is timed only in the screening, so its change must show per length;
+    a length whose screening failed in either run has no ratio."""
+    previous = _screened(synthetic_table(), "cutile", {"256": 0.5, "128": 0.4, "64": 0.3})
+    last = _screened(synthetic_table(), "cutile", {"256": 0.55, "128": 0.4, "64": "error"})
+    point = last["point"].iloc[0]
+    rows = (last["provider"] == "cutile") & (last["point"] == point)
+    last.loc[rows, "tuning"] = json.dumps({"chunk_screen_ms": {"256": 0.45, "128": 0.4}})
+    changes = history.screen_change(previous, last, "cutile", GRAPH)
+    assert list(changes) == ["128", "256"]
+    assert changes["128"].to_numpy() == pytest.approx(1.0)
+    assert changes["256"][point] == pytest.approx(0.9)
+    assert changes["256"].drop(point).to_numpy() == pytest.approx(1.1)
+    assert history.screen_change(previous, last, "triton", GRAPH) == {}
+
+
 def test_best_fraction_of_peak_counts_the_problems_flops() -> None:
     """FLOPs of the problem as posed, whatever the rows' own rates say: a provider that ran a
     shorter chunk recorded fewer FLOPs in tflops and frac_peak_flops, which must not count."""
@@ -86,6 +112,22 @@ def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_
     assert "1.400x" in out and "1.600x" in out
     assert "against the fastest triton of all 2" in out
     assert "Time against `old`" in out
+    assert "Chunk screening" not in out  # neither run screened chunk lengths
+
+
+def test_the_command_prints_the_chunk_screening_where_both_runs_have_it(capsys, tmp_path) -> None:
+    screens = {"256": 0.5, "128": 0.4}
+    old = build_run(tmp_path, run_id="old")
+    new = build_run(tmp_path, run_id="new")
+    for run, factor in ((old, 1.0), (new, 1.2)):
+        table = pd.read_parquet(run / "results.parquet")
+        scaled = {chunk: ms * factor for chunk, ms in screens.items()}
+        _screened(table, "cutile", scaled).to_parquet(run / "results.parquet")
+    assert history.main([str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "## Chunk screening against `old`" in out
+    assert "| cutile | 128 | 12 | +20.0 % (" in out and "| cutile | 256 | 12 | +20.0 % (" in out
+    assert "| triton |" not in out.split("## Chunk screening")[1]
 
 
 def test_a_run_holding_fewer_points_than_its_sweep_says_so(capsys, tmp_path) -> None:
