@@ -1,9 +1,10 @@
 """Per-shape autotuner for the cuTile SSD kernels, with a JSON cache on disk.
 
 The state walk's knobs and then compute_out's are searched on the point's own inputs, each
-candidate timed as the whole forward, captured in a CUDA graph and replayed from a cold L2 as the
-harness times it. Each search first compiles all its candidates in parallel processes into
-cuTile's disk cache (precompile.py), then times them in two rounds (`search_timed`). Skipped:
+kernel's shape knobs and then its load latency hints on that pick. Each candidate is timed as the
+whole forward, captured in a CUDA graph and replayed from a cold L2 as the harness times it.
+Each search first compiles all its candidates in parallel processes into cuTile's disk cache
+(precompile.py), then times them in two rounds (`search_timed`). Skipped:
 candidates that fail to compile, and those with a launch that spills to local memory (the
 defaults are always timed). Every loss measured on the H200 came with spills or far more
 registers than the defaults' (docs/performance.md) and no pick kept spilled, while about half of
@@ -71,6 +72,26 @@ def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
         }
         for nb, tq, occ, wx, hs in itertools.product(blocks, steps, (1, 2, 4), (0, 1), (1, 2))
     ]
+
+
+# Latency hints searched on each kernel's pick. tileiras builds a different load pipeline per
+# hint, not in the hint's order (the walk at 16K/64/256 over chunks of 256: 147, 123, 220 KB of
+# shared memory at 2, 4, 8), and the builds ran up to 17 % apart (docs/performance.md, change 49).
+LATENCIES = (2, 4, 6, 8)
+
+
+def state_hint_candidates() -> list[dict[str, int]]:
+    """fwd_pass_state's load latency hint, and whether it reads its decay weights from
+    chunk_cumsum or computes them: the two change which loads its pipeline carries."""
+    return [
+        {"state_latency": latency, "state_weights": weights}
+        for latency, weights in itertools.product(LATENCIES, (0, 1))
+    ]
+
+
+def out_hint_candidates() -> list[dict[str, int]]:
+    """compute_out's load latency hint (the chunk kernel's too)."""
+    return [{"out_latency": latency} for latency in LATENCIES]
 
 
 def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
@@ -192,12 +213,12 @@ class TuningCache:
 
 
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
-    """Search the state walk's knobs, then compute_out's with the walk's pick, on these inputs,
-    starting from the untuned defaults; returns the best config and what the search did. Every
-    candidate is timed as the whole forward: a kernel timed alone, L2 flushed before it, misjudges
-    its place in the forward (compute_out reads the states the walk just left in L2; the walk's
-    knobs change segment_scan's work). 16K/64/128 tuned on compute_out alone picked a config 3.9 %
-    slower in the forward."""
+    """Search the state walk's knobs, then its latency hints, then compute_out's knobs and its
+    hint, each stage on the pick before, on these inputs, starting from the untuned defaults;
+    returns the best config and what each stage did. Every candidate is timed as the whole
+    forward: a kernel timed alone, L2 flushed before it, misjudges its place in the forward
+    (compute_out reads the states the walk just left in L2; the walk's knobs change segment_scan's
+    work). 16K/64/128 tuned on compute_out alone picked a config 3.9 % slower in the forward."""
     from kernels.cutile.launch import sm_count
     from kernels.cutile.ssd import launch_forward_of
 
@@ -223,13 +244,16 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
             "precompile": compiled.to_dict(),
         }
 
-    state_best, state_info = search(base, state_candidates(dstate, chunk_size))
-    best, out_info = search(state_best, out_candidates(dstate, chunk_size))
-    details = {
-        "fwd_pass_state": state_info,
-        "compute_out": out_info,
-        "tune_s": round(time.perf_counter() - began, 1),
-    }
+    details = {}
+    best = base
+    for stage, candidates in (
+        ("fwd_pass_state", state_candidates(dstate, chunk_size)),
+        ("fwd_pass_state_hints", state_hint_candidates()),
+        ("compute_out", out_candidates(dstate, chunk_size)),
+        ("compute_out_hints", out_hint_candidates()),
+    ):
+        best, details[stage] = search(best, candidates)
+    details["tune_s"] = round(time.perf_counter() - began, 1)
     return best, details
 
 
@@ -319,7 +343,7 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if config is not None:
         return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
     print(
-        "cuTile tuning: searching up to 230 configurations for this shape (a minute or two on "
+        "cuTile tuning: searching up to 242 configurations for this shape (a minute or two on "
         f"an H200, most of it compiling); the pick is then cached in {cache.path}",
         file=sys.stderr,
     )

@@ -376,3 +376,43 @@ def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None
     plain = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]
     assert {c.dependent_launch for c in chained} == {1}
     assert [replace(c, dependent_launch=0) for c in chained] == plain
+
+
+def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
+    """Four stages, each starting from the pick before: the walk's shape knobs, its hints, then
+    compute_out's knobs and its hint. A fake clock makes one value of each knob fastest."""
+    # None of these is the default at 8K/64/256 over chunks of 128.
+    fastest = {"state_block_n": 64, "state_latency": 6, "state_weights": 0, "out_latency": 6}
+    timed: list[list[SSDConfig]] = []
+
+    def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
+        timed.append(configs)
+        times = {c: 100.0 - sum(getattr(c, k) == v for k, v in fastest.items()) for c in configs}
+        return min(configs, key=times.get), {"times_us": times}
+
+    class Compiled:
+        spilling = frozenset()
+
+        def to_dict(self) -> dict:
+            return {}
+
+    monkeypatch.setattr(autotune, "search_timed", fake_search)
+    monkeypatch.setattr(autotune, "precompile", lambda *args: Compiled())
+    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
+    kwargs = {
+        "x": torch.empty(1, 8192, 64, 64, device="meta"),
+        "B": torch.empty(1, 8192, 1, 256, device="meta"),
+        "chunk_size": 128,
+    }
+    best, details = autotune.tune(kwargs)
+    assert list(details) == [
+        "fwd_pass_state", "fwd_pass_state_hints", "compute_out", "compute_out_hints", "tune_s",
+    ]  # fmt: skip
+    assert {k: getattr(best, k) for k in fastest} == fastest
+    assert {c.state_block_n for c in timed[1]} == {64}  # the walk's pick, not the default's
+    assert {(c.state_latency, c.state_weights) for c in timed[1]} == {
+        (latency, weights) for latency in autotune.LATENCIES for weights in (0, 1)
+    }
+    assert {c.out_latency for c in timed[3]} == set(autotune.LATENCIES)
+    assert all(c.state_latency == 6 for c in timed[2] + timed[3])
