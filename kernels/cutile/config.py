@@ -263,7 +263,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
-        elif size is None or size.seqlen > CHAIN_SEQLEN:
+        elif long:
             # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
             # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with
             # 32 and 64 heads computing the weights in the walk, ±0.5 % at 16K; change 46); up to
