@@ -45,6 +45,12 @@ CASES = {
     "N256-chunk128-few-heads": (parse_shape("2048:32:256:128"), {}),
     "N256-chunk128-chunk-kernel": (parse_shape("4096:32:256:128"), {}),
     "N256-chunk128-wide-walkers": (parse_shape("4096:128:256:128"), {}),
+    # Beyond CHAIN_SEQLEN: the walks of changes 48 (weights computed) and 49 (latency hints).
+    "N64-chunk128-weights-computed-long": (parse_shape("8192:64:64:128"), {}),
+    "N128-chunk128-one-per-sm-long": (parse_shape("8192:128:128:128"), {}),
+    "N256-chunk128-few-heads-long": (parse_shape("8192:32:256:128"), {}),
+    "N256-chunk128-one-per-sm-long": (parse_shape("8192:64:256:128"), {}),
+    "N256-chunk128-wide-walkers-long": (parse_shape("8192:128:256:128"), {}),
     # Option branches.
     "fp32-z-init-final-ragged": (FP32_Z_RAGGED, {}),
     "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),
