@@ -12,6 +12,9 @@ spills, or needs far more registers than the default, is rarely worth device tim
     # also count and hash the machine code (nvdisasm): equal hashes, nothing to time
     python scripts/kernel_resources.py --sass --shapes 65536:32:256:128 \
         --variant base={} --variant lat8='{"out_latency": 8}'
+    # one kernel only (a survey of one knob over many shapes compiles nothing else)
+    python scripts/kernel_resources.py --sass --kernel fwd_pass_state --shapes 16384:64:256:256 \
+        --variant base={} --variant lat8='{"state_latency": 8}'
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def main() -> int:
     parser.add_argument(
         "--occupancy", type=int, default=0, help="CTAs per SM hint for --symbol (0: none)"
     )
+    parser.add_argument(
+        "--kernel", help="compile only the launches of this kernel (fwd_pass_state, compute_out…)"
+    )
     parser.add_argument("--arch", choices=ARCHS, default="sm_90")
     parser.add_argument(
         "--sass", action="store_true", help="add the machine code's instruction count and hash"
@@ -58,6 +64,10 @@ def main() -> int:
         parser.error("give --shapes, --symbol or --symbols: what to compile")
     if args.occupancy < 0:
         parser.error(f"--occupancy must be >= 0, got {args.occupancy}")
+    from kernels.cutile import KERNEL_PREFIXES
+
+    if args.kernel is not None and args.kernel not in KERNEL_PREFIXES:
+        parser.error(f"--kernel must be one of {', '.join(KERNEL_PREFIXES)}, got {args.kernel!r}")
     from harness.inputs import meta_inputs
     from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_cubin, nvdisasm, read_cubin, sass_digest
@@ -81,18 +91,21 @@ def main() -> int:
             launches.append((point, variant, name, with_occupancy(kernel, hint), signature))
     except (OSError, ValueError) as err:
         parser.error(str(err))
+    if args.kernel is not None:
+        launches = [launch for launch in launches if launch[2].startswith(args.kernel)]
     tool = nvdisasm() if args.sass else None
     if args.sass and tool is None:
         parser.error("--sass needs nvdisasm (on PATH, or in the triton package)")
     sass_header = f" {'instrs':>6} {'sass':<12}" if tool else ""
-    print(f"{'point':<26} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
+    width = max([5, *(len(launch[0]) for launch in launches)])  # whole keys: chunk lengths differ
+    print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
           f"{'shared KB':>9}{sass_header}")  # fmt: skip
     for point, variant, name, kernel, signature in launches:
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
         sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if tool else ""
         shared_kb = res.shared_bytes / 1024
-        print(f"{point[:26]:<26} {variant[:10]:<10} {name:<24} {res.registers:>5} "
+        print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
               f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
     return 0
 

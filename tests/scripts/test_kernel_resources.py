@@ -17,6 +17,7 @@ import pytest
         (["--symbol", "compute_out_kernel_Kt2", "--occupancy", "-1"], "--occupancy must be >= 0"),
         ([], "give --shapes, --symbol or --symbols"),
         (["--shapes", "1024:32"], "seqlen:nheads:dstate"),
+        (["--shapes", "1024:32:64", "--kernel", "walk"], "--kernel must be one of"),
     ],
 )
 def test_bad_symbols_and_hints_fail_before_any_compile(args: list[str], message: str) -> None:
@@ -58,3 +59,20 @@ def test_shapes_compile_every_launch_of_the_forward() -> None:
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "compute_out_kernel"
     ]  # fmt: skip
     assert all(int(row[3]) > 0 for row in rows)  # registers read from each cubin
+
+
+@pytest.mark.slow
+def test_one_kernel_at_two_chunk_lengths_is_told_apart() -> None:
+    """--kernel compiles that kernel's launches only, and each row names its whole point, so
+    shapes that differ only in the chunk length stay apart."""
+    pytest.importorskip("cuda.tile")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kernel_resources.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--kernel", "fwd_pass_state",
+         "--shapes", "2048:32:64:128,2048:32:64:256"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[2] for row in rows] == ["fwd_pass_state_kernel"] * 2
+    assert ["_Q128_" in rows[0][0], "_Q256_" in rows[1][0]] == [True, True]
