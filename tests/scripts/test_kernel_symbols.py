@@ -34,11 +34,11 @@ def test_bad_arguments_fail_before_any_gpu_work(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("overrides", [{}, {"state_weights": 1}])
+@pytest.mark.parametrize("overrides", [{}, {"state_weights": 0}])
 def test_names_only_records_what_a_run_launches(overrides: dict) -> None:
     """`--names-only` skips compiling and launching; the names it records are the ones a run
-    launches, with segments (segment_scan) at 4K/32/64: the walk computing its weights (the
-    default there since change 46) and reading them from chunk_cumsum."""
+    launches, with segments (segment_scan) at 4K/32/64: the walk reading its weights from
+    chunk_cumsum (the default there since change 48) and computing them."""
     from scripts.kernel_symbols import record_launches
     from scripts.variants import parse_shape
 
