@@ -212,10 +212,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     left one (1.75-2.25x faster walks on the H200 than weights on B), and reads those weights from
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
     16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
-    CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; beyond CHAIN_SEQLEN with the loads'
-    latency hint of each walk build's fastest pipeline (change 49; most of them over chunks of 128
-    only); whole chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128
-    state columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
+    CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; with the loads' latency hint of each
+    walk build's fastest pipeline where one was measured faster than the default's (changes 49
+    and 50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole
+    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
+    columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
     only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
     64K/128/128, change 24); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
@@ -255,7 +256,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     long = size is None or size.seqlen > CHAIN_SEQLEN
     # Most latency hints of change 49 were measured faster over chunks of 128 only (run 98: 6 at
     # 16K-64K/128/128 over chunks of 256 +32 to +33 %; run 99: 2 at 16K-64K/32/256 +1.4 to +3 %).
-    long_q128 = size is not None and long and size.chunk_size <= 128
+    q128 = size is not None and size.chunk_size <= 128
+    long_q128 = long and q128
     walk = replace(
         DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, state_weights=1,
         dependent_launch=chained,
@@ -286,10 +288,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # decays, −1.5 % at 32K/128/128 (change 35).
             if walkers <= WAVE_WALKERS // 2:
                 walk = replace(walk, state_occupancy=1)
-                if long_q128:
+                if q128:
                     # This build pipelines its loads deeper at 6 than at 2 (207 against 164 KB of
                     # shared memory): −3.6 to −4.6 % at 8K-64K/128/128, the walk 0.681 → 0.571 ms
-                    # at 64K (change 49).
+                    # at 64K (change 49), −3.5 to −3.6 % at 2K-4K/128/128 (change 50).
                     latency = 6
             out.update(out_cb=1, out_hint_decays=1)
         else:
@@ -308,9 +310,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     # chunks of 128, −16 to −18 % over 256, where the default hint's build has 123 KB of shared
     # memory against 220; up to CHAIN_SEQLEN 8 lost 10-12 % over 256) and, over chunks of 128,
     # at two per SM (128 heads: −0.1 to −1.3 %); 2 for 64-column ones over 128 (32 heads: −0.9
-    # to −2.0 %).
+    # to −2.0 %). Up to CHAIN_SEQLEN over chunks of 256 the one-per-SM build at 4 spills 48 B and
+    # 2's does not: −7.2 % at 1K-2K/32/256, −4.9 to −6.3 % at 1K-4K/64/256 (change 50).
     if size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
-        walk = replace(walk, state_block_n=128, state_occupancy=1, state_latency=8 if long else 4)
+        latency = 8 if long else 4 if q128 else 2
+        walk = replace(walk, state_block_n=128, state_occupancy=1, state_latency=latency)
     elif walkers * 4 > WAVE_WALKERS:  # of 64 columns
         walk = replace(walk, state_block_n=128, state_latency=8 if long_q128 else 4)
     elif not short:  # 64-column walkers, two per SM: PDL's wait and release cost more than it saves

@@ -246,12 +246,13 @@ def test_segment_start_folded_into_the_carried_state_only_up_to_dstate_64(dstate
 
 @pytest.mark.parametrize(
     ("dstate", "seqlen", "state_latency", "out_latency"),
-    [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 4, 4),
+    [(64, 1024, 4, 8), (64, None, 4, 8), (128, 1024, 2, 4), (128, None, 2, 4), (256, 1024, 2, 4),
      (256, 4096, 4, 4), (256, 8192, 4, 2), (256, None, 4, 2)],
 )  # fmt: skip
 def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) -> None:
     """compute_out's x loads at 8 up to dstate 64 and at 2 where chunk_cb runs at 256; the walk's
-    loads at 2 at dstate 128; 4 (the knobs' default) elsewhere over chunks of 256."""
+    loads at 2 at dstate 128, at 2 for the short one-per-SM walkers at 256 (change 50), and 4
+    (the knobs' default) elsewhere over chunks of 256."""
     size = None if seqlen is None else ProblemSize(1, seqlen, 32, 256)
     config = default_config(dstate, size)
     assert (config.state_latency, config.out_latency) == (state_latency, out_latency)
@@ -259,9 +260,9 @@ def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) ->
 
 @pytest.mark.parametrize(
     ("dstate", "nheads", "chunk", "latencies"),
-    [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (4, 4, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
-     (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (4, 4, 2, 2)), (256, 32, 256, (4, 4, 4, 4)),
-     (128, 128, 128, (2, 2, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (2, 2, 2, 2)),
+    [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
+     (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (4, 4, 2, 2)), (256, 32, 256, (2, 4, 4, 4)),
+     (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (2, 2, 2, 2)),
      (64, 128, 128, (4, 4, 4, 4))],
 )  # fmt: skip
 def test_long_walks_take_the_latency_hint_of_their_fastest_build(
@@ -269,8 +270,9 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
 ) -> None:
     """Beyond CHAIN_SEQLEN the one-per-SM 128-column walkers at dstate 256 take 8; over chunks of
     128 also those at two per SM, the 64-column ones take 2, and the one-per-SM walkers at dstate
-    128 take 6 (change 49; over chunks of 256 the last two lost). latencies: state_latency at 2K,
-    4K, 8K and 64K."""
+    128 take 6 (change 49; over chunks of 256 the last two lost). Up to CHAIN_SEQLEN those at
+    dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change
+    50). latencies: state_latency at 2K, 4K, 8K and 64K."""
     got = tuple(
         default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
         for seqlen in (2048, 4096, 8192, 65536)

@@ -51,6 +51,9 @@ CASES = {
     "N256-chunk128-few-heads-long": (parse_shape("8192:32:256:128"), {}),
     "N256-chunk128-one-per-sm-long": (parse_shape("8192:64:256:128"), {}),
     "N256-chunk128-wide-walkers-long": (parse_shape("8192:128:256:128"), {}),
+    # Up to CHAIN_SEQLEN: the latency hints of change 50.
+    "N128-chunk128-one-per-sm-chained": (parse_shape("2048:128:128:128"), {}),
+    "N256-one-per-sm-chained": (parse_shape("2048:64:256"), {}),
     # Option branches.
     "fp32-z-init-final-ragged": (FP32_Z_RAGGED, {}),
     "fp16-D-per-headdim-z": (FP16_D_PER_HEADDIM, {}),
