@@ -11,6 +11,10 @@ RUNs (run directories or results Parquet files) are given oldest first. It print
   point. One run's speedups carry the luck of the baseline's autotune picks in that process; this
   one does not reward a slow pick;
 - for the last run, each provider's median time against the run before it: which side moved;
+  for a provider whose rows record its launch config (cuTile's tuning column), split into the
+  points whose config changed and those whose did not. The latter moved only by drift (another
+  node, its clocks, the kernels' code if it changed between the commits), which the former
+  carry too; runs on GPUs with no uuid in common are named, as that drift is then the node's;
 - for the last run, each provider's chunk screening times against the run before it, per chunk
   length screened (chunk_policy=fastest). The length a provider did not run is timed only
   there, so a change that slows that length shows nowhere else (docs/performance.md, change 49).
@@ -62,6 +66,38 @@ def time_change(previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode:
     """Per point timed in both runs: the provider's median time in `last` over `previous`."""
     before = _timed(previous, provider, mode)["median_ms"]
     return (_timed(last, provider, mode)["median_ms"] / before).dropna()
+
+
+def launch_configs(table: pd.DataFrame, provider: str, mode: str) -> pd.Series:
+    """Per point: the launch config the provider's rows record (the tuning column's `config`
+    with the chunk length it ran), as JSON text; points that record none are left out."""
+    configs = {}
+    for point, tuning in _timed(table, provider, mode)["tuning"].items():
+        recorded = json.loads(tuning or "{}")
+        if recorded.get("config") is not None:
+            launch = {"config": recorded["config"], "chunk_size": recorded.get("chunk_size")}
+            configs[point] = json.dumps(launch, sort_keys=True)
+    return pd.Series(configs, dtype=object)
+
+
+def time_change_by_config(
+    previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode: str
+) -> dict[str, pd.Series]:
+    """time_change split into {"config changed": ..., "config unchanged": ...} by the launch
+    configs both runs record; empty where either run records none."""
+    ratio = time_change(previous, last, provider, mode)
+    before, after = launch_configs(previous, provider, mode), launch_configs(last, provider, mode)
+    both = ratio.index.intersection(before.index).intersection(after.index)
+    if both.empty:
+        return {}
+    same = before[both] == after[both]
+    return {"config changed": ratio[both][~same], "config unchanged": ratio[both][same]}
+
+
+def gpu_uuids(meta: dict) -> set[str]:
+    """The uuids of the GPUs that measured a run: its workers', else its own environment's."""
+    envs = [w.get("env") or {} for w in meta.get("workers") or []] or [meta.get("env") or {}]
+    return {str(env["gpu"]["uuid"]) for env in envs if (env.get("gpu") or {}).get("uuid")}
 
 
 def screen_times(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
@@ -163,14 +199,32 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         _spread(against_fastest(last.table, tables, baseline, candidate, mode), last.table),
     ]
     if len(runs) > 1:
-        lines += ["", f"## Time against `{runs[-2].meta.get('run_id', '')}`", ""]
-        rows = [
-            (side, *_spread_cells(time_change(runs[-2].table, last.table, side, mode), last.table))
-            for side in sides
-        ]
-        lines.append(markdown.table(("provider", "points", "min", "median", "max"), rows))
+        lines += _time_section(runs[-2], last, sides, mode)
         lines += _screening_section(runs[-2], last, sides, mode)
     return "\n".join(lines) + "\n"
+
+
+def _time_section(previous: Run, last: Run, sides: tuple[str, str], mode: str) -> list[str]:
+    """Markdown lines of each provider's time against the run before, and, where configs are
+    recorded, apart for the points whose config changed and those whose did not."""
+    rows = []
+    for side in sides:
+        rows.append(
+            (side, *_spread_cells(time_change(previous.table, last.table, side, mode), last.table))
+        )
+        for label, ratio in time_change_by_config(previous.table, last.table, side, mode).items():
+            rows.append((f"{side}, {label}", *_spread_cells(ratio, last.table)))
+    lines = ["", f"## Time against `{previous.meta.get('run_id', '')}`", ""]
+    before, after = gpu_uuids(previous.meta), gpu_uuids(last.meta)
+    if before and after and not before & after:
+        lines += [
+            f"The two runs share no GPU ({', '.join(sorted(before))} against "
+            f"{', '.join(sorted(after))}): the points whose config did not change show the "
+            "nodes' difference.",
+            "",
+        ]
+    header = ("provider", "points", "min", "median", "geomean", "max")
+    return [*lines, markdown.table(header, rows)]
 
 
 def _screening_section(previous: Run, last: Run, sides: tuple[str, str], mode: str) -> list[str]:
@@ -190,7 +244,7 @@ def _screening_section(previous: Run, last: Run, sides: tuple[str, str], mode: s
         "Each provider's short screening of every chunk length it may run: the length it did "
         "not run is timed only here.",
         "",
-        markdown.table(("provider", "chunk", "points", "min", "median", "max"), rows),
+        markdown.table(("provider", "chunk", "points", "min", "median", "geomean", "max"), rows),
     ]
 
 
@@ -206,15 +260,17 @@ def _label(table: pd.DataFrame, point: str) -> str:
     return markdown.point_label(row, [c for c in ("seqlen", "nheads", "dstate") if c in row])
 
 
-def _spread_cells(values: pd.Series, table: pd.DataFrame) -> tuple[str, str, str, str]:
-    """(points, min with its point, median, max with its point) of per-point time ratios."""
+def _spread_cells(values: pd.Series, table: pd.DataFrame) -> tuple[str, str, str, str, str]:
+    """(points, min with its point, median, geomean, max with its point) of per-point time
+    ratios."""
     if values.empty:
-        return "0", "—", "—", "—"
+        return "0", "—", "—", "—", "—"
     low, high = values.idxmin(), values.idxmax()
     return (
         str(len(values)),
         f"{markdown.change(values[low])} ({_label(table, low)})",
         markdown.change(values.median()),
+        markdown.change(stats.geomean(values)),
         f"{markdown.change(values[high])} ({_label(table, high)})",
     )
 

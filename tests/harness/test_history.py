@@ -57,6 +57,60 @@ def test_time_change_is_last_over_previous_per_point() -> None:
     assert history.time_change(previous, last, "triton", GRAPH).to_numpy() == pytest.approx(1.0)
 
 
+def _configured(table: pd.DataFrame, provider: str, config: dict, point: str | None = None):
+    """A copy whose provider rows record `config` as their launch config (tuning column), at one
+    point or all."""
+    table = table.copy()
+    rows = table["provider"] == provider
+    if point is not None:
+        rows &= table["point"] == point
+    table.loc[rows, "tuning"] = json.dumps({"config": config, "chunk_size": 128})
+    return table
+
+
+def test_time_change_by_config_splits_the_points_whose_config_changed() -> None:
+    """The unchanged points carry only the drift between the runs; a split that put a changed
+    point among them, or dropped one, would hide what the change did."""
+    previous = _configured(synthetic_table(), "cutile", {"state_latency": 2})
+    point = previous["point"].iloc[0]
+    last = _configured(_scaled(previous, "cutile", 0.98), "cutile", {"state_latency": 6}, point)
+    last = _scaled(last, "cutile", 0.9 / 0.98, point)
+    split = history.time_change_by_config(previous, last, "cutile", GRAPH)
+    assert list(split["config changed"].index) == [point]
+    assert split["config changed"][point] == pytest.approx(0.9)
+    assert point not in split["config unchanged"].index
+    assert len(split["config unchanged"]) == previous["point"].nunique() - 1
+    assert split["config unchanged"].to_numpy() == pytest.approx(0.98)
+    assert history.time_change_by_config(previous, last, "triton", GRAPH) == {}
+
+
+def test_gpu_uuids_come_from_the_workers_else_the_environment() -> None:
+    def env(uuid: str) -> dict:
+        return {"gpu": {"name": "NVIDIA H200", "uuid": uuid}}
+
+    two_workers = {"env": env("a"), "workers": [{"env": env("b")}, {"env": env("c")}]}
+    assert history.gpu_uuids(two_workers) == {"b", "c"}
+    assert history.gpu_uuids({"env": env("a")}) == {"a"}
+    assert history.gpu_uuids({"env": {"gpu": {"name": "NVIDIA H200"}}}) == set()
+
+
+def test_the_command_splits_time_by_config_and_names_runs_on_other_gpus(capsys, tmp_path) -> None:
+    old = build_run(tmp_path, run_id="old")
+    new = build_run(tmp_path, run_id="new")
+    for run, uuid, factor in ((old, "GPU-a", 1.0), (new, "GPU-b", 0.97)):
+        table = _scaled(pd.read_parquet(run / "results.parquet"), "cutile", factor)
+        _configured(table, "cutile", {"state_latency": 2}).to_parquet(run / "results.parquet")
+        meta = json.loads((run / "meta.json").read_text())
+        meta["env"]["gpu"]["uuid"] = uuid
+        (run / "meta.json").write_text(json.dumps(meta))
+    assert history.main([str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "share no GPU (GPU-a against GPU-b)" in out
+    assert "| cutile, config unchanged | 12 | -3.0 % (" in out
+    assert "| cutile, config changed | 0 |" in out
+    assert "| triton, config" not in out
+
+
 def _screened(table: pd.DataFrame, provider: str, screens: dict) -> pd.DataFrame:
     """A copy whose provider rows carry `screens` (chunk length → ms, or an error) as their
     chunk screening, the same at every point."""
@@ -112,6 +166,8 @@ def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_
     assert "1.400x" in out and "1.600x" in out
     assert "against the fastest triton of all 2" in out
     assert "Time against `old`" in out
+    assert "share no GPU" not in out  # neither run records a GPU uuid
+    assert "config changed" not in out  # neither run records a launch config
     assert "Chunk screening" not in out  # neither run screened chunk lengths
 
 
