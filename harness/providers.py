@@ -32,6 +32,9 @@ def _supports_everything(problem: Problem) -> str | None:
 # A provider's tuner takes the call's keyword arguments and the run's tuning policy (off / cached /
 # force) and returns extra keyword arguments for the call plus a JSON-able record of the choice.
 Tuner = Callable[[dict, str], tuple[dict, dict]]
+# A provider's preparation takes every problem a sweep will run on it (at each chunk length tried)
+# and the tuning policy, and returns a JSON-able record of what it did.
+Prepare = Callable[[list[Problem], str], dict]
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class Provider:
         tune); what it returns is recorded in the rows' tuning column.
     tuning_report: what the implementation chose by itself in the call just made (e.g. Triton's
         autotuner picks), merged into the tuning column under "picks".
+    prepare: does once, before a sweep times any point, what each point's first call would do
+        one at a time (cuTile: compile the kernels it will launch, in parallel processes); None:
+        nothing to prepare. It changes no result, only how long the sweep takes.
     matmul_policy: the precision its matrix products run at, recorded in the tuning column.
     """
 
@@ -58,6 +64,7 @@ class Provider:
     supports: Callable[[Problem], str | None] = _supports_everything
     tuner: Tuner | None = None
     tuning_report: Callable[[], dict] | None = None
+    prepare: Prepare | None = None
     matmul_policy: str = ""
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
@@ -110,6 +117,20 @@ def _cutile_tuner(kwargs: dict, policy: str) -> tuple[dict, dict]:
     return {"config": config}, record
 
 
+def _cutile_prepare(problems: list[Problem], policy: str) -> dict:
+    """Untuned, every launch of the problems' default configs compiled before any is timed (a
+    tuned sweep's tuner compiles each point's candidates itself)."""
+    if policy != "off":
+        return {"skipped": f"tune={policy}: the tuner compiles its own candidates"}
+    import torch
+
+    from harness.inputs import meta_inputs
+    from kernels.cutile.precompile import precompile_defaults
+
+    inputs = [meta_inputs(problem).kwargs() for problem in problems]
+    return precompile_defaults(inputs, torch.device("cuda", torch.cuda.current_device())).to_dict()
+
+
 register(
     Provider(
         name="reference",
@@ -141,6 +162,7 @@ register(
         kernel_prefixes=cutile.KERNEL_PREFIXES,
         supports=_cutile_supports,
         tuner=_cutile_tuner,
+        prepare=_cutile_prepare,
         matmul_policy=cutile.MATMUL_POLICY,
     )
 )

@@ -388,6 +388,27 @@ class Sweep:
             calls.append(call)
         return calls
 
+    def prepare(self, todo: list[tuple[Problem, list[providers.Provider]]]) -> dict[str, dict]:
+        """Each provider's `prepare` over the problems it will run here, at every chunk length it
+        may try, by provider name. A failure is recorded and the sweep goes on: each point then
+        does that work itself, as it would with no preparation."""
+        done = {}
+        for provider in {v.name: v for _, vs in todo for v in vs}.values():
+            problems = [
+                replace(problem, chunk_size=chunk)
+                for problem, vs in todo
+                if provider in vs and provider.unsupported(problem, self.device) is None
+                for chunk in self._chunk_lengths(problem, provider)
+            ]
+            if provider.prepare is None or not problems:
+                continue
+            try:
+                done[provider.name] = provider.prepare(problems, self.cfg.tune.value)
+            except Exception as exc:
+                done[provider.name] = {"error": records.error_message(exc)}
+            print(f"ssdbench: {provider.name} prepared: {done[provider.name]}", file=sys.stderr)
+        return done
+
     def _chunk_lengths(self, problem: Problem, provider: providers.Provider) -> list[int]:
         """The chunk lengths to try: the problem's, and under chunk_policy=fastest its half too
         (when the half is a valid chunk_size that the provider supports)."""
@@ -585,6 +606,9 @@ def run(
         f"ssdbench: run {run_dir}{share} — {len(todo)} of {len(problems)} points to measure",
         file=sys.stderr,
     )
+    if todo:
+        worker["prepared"] = sweep.prepare(todo)
+        records.write_worker(run_dir, worker)
     bar = tqdm(todo, unit="point", disable=not cfg.progress, dynamic_ncols=True)
     longest = 0.0
     try:

@@ -1,4 +1,4 @@
-"""Compile a tuner's candidate launches in parallel processes, ahead of timing them.
+"""Compile a tuner's candidate launches, or a sweep's, in parallel processes, ahead of timing them.
 
 cuTile compiles a kernel at its first launch, one specialisation at a time, and most of a tuning
 search went on that: each of up to 230 candidates took a compile of about 1.3 s (compute_out at
@@ -9,7 +9,9 @@ candidate's exact launches on meta tensors (`signatures.forward_launches`, the n
 compiles) and compile them for the GPU's architecture into that cache, so the search's own
 launches find their cubins there. A specialisation that fails to compile is left to the search,
 which reports it. The workers also read each cubin's resources, so that the search can skip the
-configurations whose launches spill (`Precompiled.spilling`).
+configurations whose launches spill (`Precompiled.spilling`). A sweep under tune=off compiles
+its points' default launches the same way, all at once before it times any
+(`precompile_defaults`, called by the cuTile provider's `prepare` in harness/providers.py).
 """
 
 from __future__ import annotations
@@ -99,13 +101,13 @@ def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
     ]
 
 
-def distinct_launches(keys: dict[SSDConfig, list[Key]]) -> dict[Key, tuple[dict, int]]:
-    """{key: (config, launch index)} of each distinct launch among configs' forwards, given each
-    config's `launch_keys`: what decides a cubin, and where to rebuild it."""
-    jobs: dict[Key, tuple[dict, int]] = {}
-    for config, launches in keys.items():
+def distinct_launches(keys: list[list[Key]]) -> dict[Key, tuple[int, int]]:
+    """{key: (forward index, launch index)} of each distinct launch among forwards, given each
+    forward's `launch_keys`: what decides a cubin, and where to rebuild it."""
+    jobs: dict[Key, tuple[int, int]] = {}
+    for forward, launches in enumerate(keys):
         for index, key in enumerate(launches):
-            jobs.setdefault(key, (config.to_dict(), index))
+            jobs.setdefault(key, (forward, index))
     return jobs
 
 
@@ -143,18 +145,41 @@ def worker_count() -> int:
 def precompile(
     kwargs: dict, configs: list[SSDConfig], arch: str, sms: int, workers: int | None = None
 ) -> Precompiled:
-    """Compile, in parallel, every distinct launch that the configs' forwards of these inputs
-    make, for `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache,
-    skipping those this process precompiled for an earlier shape, and name the configs with a
-    launch that spills. Nothing is compiled when the cache is off: the cubins would not outlive
-    the workers, and then no config is named as spilling (the search times them all)."""
+    """precompile_forwards of the configs' forwards of one set of inputs (a tuner's candidates)."""
+    return precompile_forwards([(kwargs, config) for config in configs], arch, sms, workers)
+
+
+def precompile_defaults(inputs: list[dict], device: torch.device) -> Precompiled:
+    """precompile_forwards of each input's default config (what `ssd_forward` launches untuned)
+    for the GPU `device`: a sweep's points compiled at once, before any is timed."""
+    from kernels.cutile.config import forward_default_config
+    from kernels.cutile.launch import sm_count
+
+    arch = "sm_{}{}".format(*torch.cuda.get_device_capability(device))
+    forwards = [
+        (kw, forward_default_config(kw["x"].shape, kw["B"].shape[3], kw["chunk_size"]))
+        for kw in inputs
+    ]
+    return precompile_forwards(forwards, arch, sm_count(device))
+
+
+def precompile_forwards(
+    forwards: list[tuple[dict, SSDConfig]], arch: str, sms: int, workers: int | None = None
+) -> Precompiled:
+    """Compile, in parallel, every distinct launch that the forwards (inputs, config) make, for
+    `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache, skipping those this
+    process precompiled before, and name the configs with a launch that spills. Nothing is
+    compiled when the cache is off: the cubins would not outlive the workers, and then no config
+    is named as spilling (a search times them all)."""
     began = time.perf_counter()
-    described = layouts(kwargs)
-    kwargs_meta = meta_kwargs(described)
+    described = [layouts(kwargs) for kwargs, _ in forwards]
     keys = (
-        {config: launch_keys(kwargs_meta, config, sms) for config in configs}
+        [
+            launch_keys(meta_kwargs(inputs), config, sms)
+            for inputs, (_, config) in zip(described, forwards, strict=True)
+        ]
         if disk_cache_enabled()
-        else {}
+        else []
     )
     jobs = distinct_launches(keys)
     new = {key: job for key, job in jobs.items() if (arch, *key) not in _PRECOMPILED}
@@ -165,14 +190,14 @@ def precompile(
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(used, mp_context=context) as pool:
             futures = {
-                key: pool.submit(_compile, described, c, i, arch, sms)
-                for key, (c, i) in new.items()
+                key: pool.submit(_compile, described[f], forwards[f][1].to_dict(), i, arch, sms)
+                for key, (f, i) in new.items()
             }
             _PRECOMPILED.update({(arch, *key): f.result() for key, f in futures.items()})
     failed = sum(_PRECOMPILED[(arch, *key)] is None for key in new)
     spilling = frozenset(
         config
-        for config, launches in keys.items()
+        for (_, config), launches in zip(forwards, keys, strict=False)
         if any(_spills(_PRECOMPILED.get((arch, *key))) for key in launches)
     )
     return Precompiled(len(jobs), len(new), failed, used, time.perf_counter() - began, spilling)

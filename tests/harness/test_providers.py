@@ -78,6 +78,34 @@ def test_cutile_supports_asks_its_module(monkeypatch: pytest.MonkeyPatch) -> Non
     assert calls == [(32, 64, 128, "float16")]
 
 
+def test_cutile_prepare_compiles_the_untuned_sweeps_launches(monkeypatch: pytest.MonkeyPatch):
+    """Untuned: the kernels' precompile gets each problem's inputs (meta tensors, its chunk
+    length) and the current GPU; tuned, the tuner compiles its candidates and nothing is asked."""
+    import torch
+
+    from kernels.cutile import precompile
+
+    asked = []
+
+    class Done:
+        def to_dict(self) -> dict:
+            return {"compiled": 3}
+
+    def precompile_defaults(inputs, device):
+        asked.append(
+            ([(kw["x"].shape[1], kw["chunk_size"], kw["x"].device.type) for kw in inputs], device)
+        )
+        return Done()
+
+    monkeypatch.setattr(precompile, "precompile_defaults", precompile_defaults)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    problems = [Problem(seqlen=1024, chunk_size=128), Problem(seqlen=2048, chunk_size=256)]
+    prepare = providers.get("cutile").prepare
+    assert prepare(problems, "off") == {"compiled": 3}
+    assert asked == [([(1024, 128, "meta"), (2048, 256, "meta")], torch.device("cuda", 1))]
+    assert "skipped" in prepare(problems, "cached") and len(asked) == 1
+
+
 def test_load_returns_the_ssd_forward_of_each_module() -> None:
     from kernels import reference
 

@@ -435,6 +435,52 @@ def test_chunk_policy_tries_only_lengths_the_provider_supports(tmp_path: Path) -
     assert set(_chunk_tuning(df, "good")[0]["chunk_screen_ms"]) == {"32", "16"}
 
 
+def _preparing(name: str, prepare) -> Provider:
+    return dataclasses.replace(fake(name, _answer()), prepare=prepare)
+
+
+def test_prepare_gets_every_point_to_run_at_each_chunk_tried_once(tmp_path: Path) -> None:
+    """Before the first point: the problems the provider will run (not those done, not those it
+    does not support), at both chunk lengths under chunk_policy=fastest; the record goes into
+    the worker's."""
+    asked = []
+
+    def prepare(problems, policy):
+        asked.append((sorted((p.seqlen, p.chunk_size) for p in problems), policy, dict(CALLS)))
+        return {"compiled": len(problems)}
+
+    providers.register(_preparing("prepared", prepare))
+    providers.register(dataclasses.replace(_preparing("picky2", prepare), supports=_not_64))
+    cfg = make_cfg(tmp_path, ["prepared", "picky2", "good"], "sweep.chunk_size=32",
+                   "chunk_policy=fastest", "run_id=r1")  # fmt: skip
+    sweep(cfg)
+    assert asked == [
+        ([(32, 16), (32, 32), (64, 16), (64, 32)], "off", {}),  # before any call
+        ([(32, 16), (32, 32)], "off", {}),
+    ]
+    workers = records.read_workers(tmp_path / "cpu" / "r1")
+    assert workers[0]["prepared"] == {"prepared": {"compiled": 4}, "picky2": {"compiled": 2}}
+    asked.clear()
+    sweep(cfg)  # nothing left to measure: nothing to prepare
+    assert asked == []
+
+
+def _not_64(problem) -> str | None:
+    return "seqlen 64" if problem.seqlen == 64 else None
+
+
+def test_a_failing_prepare_is_recorded_and_every_point_still_measured(tmp_path: Path) -> None:
+    def prepare(problems, policy):
+        raise RuntimeError("tileiras not found")
+
+    providers.register(_preparing("prepared", prepare))
+    run_dir = sweep(make_cfg(tmp_path, ["prepared"], "run_id=r1"))
+    df, _ = records.load_run(run_dir)
+    assert set(df["status"]) == {"ok"} and df["seqlen"].nunique() == 2
+    prepared = records.read_workers(run_dir)[0]["prepared"]
+    assert prepared == {"prepared": {"error": "RuntimeError: tileiras not found"}}
+
+
 def test_chunk_policy_fixed_runs_the_problems_chunk_once(tmp_path: Path) -> None:
     df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good"], "sweep.chunk_size=32")))
     assert CALLS["good"] == 2 * (1 + 3 * (1 + 6))  # check, then warm-up and reps in 3 modes

@@ -53,16 +53,45 @@ def test_distinct_launches_of_the_forwards() -> None:
     base = _base()
     configs = [replace(base, **c) for c in autotune.out_candidates(64, 128)]
     kwargs = precompile.meta_kwargs(precompile.layouts(_kwargs()))
-    keys = {config: precompile.launch_keys(kwargs, config, 132) for config in configs}
+    keys = [precompile.launch_keys(kwargs, config, 132) for config in configs]
     jobs = precompile.distinct_launches(keys)
     names = []
-    for key, (config, index) in jobs.items():
-        name, kernel, signature = forward_launches(kwargs, base.from_dict(config))[index]
+    for key, (forward, index) in jobs.items():
+        name, kernel, signature = forward_launches(kwargs, configs[forward])[index]
         assert key == (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
         names.append(name)
     # the candidates differ in compute_out only: one chunk_cumsum and one state walk among them
     assert names.count("chunk_cumsum_kernel") == names.count("fwd_pass_state_kernel") == 1
     assert 0 < names.count("compute_out_kernel") <= len(configs)
+
+
+def test_a_sweeps_defaults_are_the_configs_its_forwards_launch_untuned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """precompile_defaults hands each input's default config, the GPU's architecture and its SM
+    count to precompile_forwards: the configs `ssd_forward` takes when none is given."""
+    from kernels.cutile import launch
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    monkeypatch.setattr(precompile, "precompile_forwards", lambda *a: asked.append(a))
+    inputs = [_kwargs(), meta_inputs(Problem(seqlen=65536, nheads=128, dstate=256)).kwargs()]
+    precompile.precompile_defaults(inputs, torch.device("cuda", 0))
+    [(forwards, arch, sms)] = asked
+    assert (arch, sms) == ("sm_90", 132)
+    assert [kw for kw, _ in forwards] == inputs
+    assert [config for _, config in forwards] == [autotune._defaults(kw) for kw in inputs]
+    assert forwards[0][1] != forwards[1][1]
+
+
+def test_forwards_of_several_inputs_share_their_common_launches() -> None:
+    """A sweep's points at other lengths launch the same specialisations (the chunk count is not
+    a constant of any kernel), so precompile_forwards compiles them once."""
+    longer = meta_inputs(replace(PROBLEM, seqlen=4 * PROBLEM.seqlen)).kwargs()
+    keys = [precompile.launch_keys(kw, _base(), 132) for kw in (_kwargs(), longer)]
+    assert keys[0] == keys[1]
+    assert len(precompile.distinct_launches(keys)) == len(set(keys[0]))
 
 
 @pytest.mark.parametrize(
