@@ -84,6 +84,13 @@ def summarize(table: pd.DataFrame) -> dict:
     }
 
 
+def by_axis(table: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """summarize() of a speedups() table per value of one shape axis (e.g. seqlen): where along
+    that axis the geometric mean sits, one row per value in ascending order."""
+    rows = [{axis: value, **summarize(group)} for value, group in table.groupby(axis, sort=True)]
+    return pd.DataFrame(rows, columns=[axis, "points", "timed", "min", "max", "geomean", "ci_wide"])
+
+
 def kernel_breakdown(df: pd.DataFrame, mode: str = "kernels") -> pd.DataFrame:
     """Long table of per-kernel medians from the `kernel_ms` JSON column, ok rows of `mode`.
 

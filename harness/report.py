@@ -169,6 +169,32 @@ def speedup_section(df: pd.DataFrame, baseline: str, candidate: str) -> str:
     return f"## Speedup\n\n{intro}\n\n" + markdown.table(header, rows)
 
 
+# The sweep's axes, each summed up alone where a run varies it.
+AXES = ("seqlen", "nheads", "dstate")
+
+
+def axes_section(table: pd.DataFrame) -> str | None:
+    """The speedup's range and geometric mean along each axis the run varies, for one mode's
+    speedups() table; None where it varies none."""
+    axes = [a for a in AXES if table[a].nunique() > 1]
+    if not axes:
+        return None
+    parts = [f"## Speedup by axis ({table['mode'].iloc[0]} mode)"]
+    for axis in axes:
+        rows = [
+            (
+                int(r[axis]),
+                f"{int(r['timed'])}/{int(r['points'])}",
+                markdown.ratio(r["min"]),
+                markdown.ratio(r["geomean"]),
+                markdown.ratio(r["max"]),
+            )
+            for _, r in analysis.by_axis(table, axis).iterrows()
+        ]
+        parts.append(markdown.table((axis, "timed", "min", "geomean", "max"), rows))
+    return "\n\n".join(parts)
+
+
 def points_section(table: pd.DataFrame) -> str:
     """Every point of one mode: both medians with CIs and the speedup with its interval."""
     named = ["seqlen", "nheads", "dstate"] + analysis.varying_columns(
@@ -284,7 +310,9 @@ def render(
         "## Figures\n\n" + "\n\n".join(f"![{name}]({name})" for name in figure_names),
     ]
     if modes:
-        sections.append(points_section(analysis.speedups(df, baseline, candidate, modes[0])))
+        headline = analysis.speedups(df, baseline, candidate, modes[0])
+        sections += [*([axes] if (axes := axes_section(headline)) else [])]
+        sections.append(points_section(headline))
     chunks = chunks_section(df)
     sections += [*([chunks] if chunks else []), clocks_section(df)]
     sections += [failures_section(df), wide_ci_section(df)]

@@ -72,6 +72,21 @@ def test_summary_geomean_and_range() -> None:
     assert (summary["min"], summary["max"]) == pytest.approx((0.5, 2.0))
 
 
+def test_by_axis_sums_up_each_value_of_the_axis() -> None:
+    def speedup(p) -> float:
+        return {1024: 1.2, 4096: 1.5, 16384: 2.0}[p.seqlen] * (1.1 if p.dstate == 64 else 1)
+
+    df = synthetic_table(speedup=speedup)
+    point = df[df["seqlen"] == 4096]["point"].iloc[0]
+    df.loc[(df["point"] == point) & (df["provider"] == "cutile"), "status"] = "error"
+    table = analysis.by_axis(analysis.speedups(df), "seqlen")
+    assert list(table["seqlen"]) == [1024, 4096, 16384]
+    assert list(table["points"]) == [4, 4, 4] and list(table["timed"]) == [4, 3, 4]
+    assert table["min"].to_numpy() == pytest.approx([1.2, 1.5, 2.0])
+    assert table["max"].to_numpy() == pytest.approx([1.32, 1.65, 2.2])
+    assert table["geomean"].iloc[0] == pytest.approx(1.2 * 1.1**0.5)
+
+
 def test_summary_of_nothing_timed_is_nan() -> None:
     df = synthetic_table()
     df["status"] = "error"

@@ -40,6 +40,9 @@ def test_report_writes_figures_and_markdown_into_the_run(tmp_path: Path) -> None
         assert heading in text
     assert "NVIDIA H200" in text and "580.159.04" in text and "0123456789abcdef" in text
     assert "| graph | 12 | 12 | 1.400x | 1.400x | 1.400x | 0 |" in text
+    axes = text.split("## Speedup by axis (graph mode)")[1].split("## Points")[0]
+    assert "| 16384 | 4/4 | 1.400x | 1.400x | 1.400x |" in axes
+    assert "| 64 | 6/6 | 1.400x |" in axes and "| nheads |" in axes and "| dstate |" in axes
     for name in FIGURES:
         assert f"]({name})" in text
 
