@@ -311,8 +311,8 @@ def render(
     ]
     if modes:
         headline = analysis.speedups(df, baseline, candidate, modes[0])
-        sections += [*([axes] if (axes := axes_section(headline)) else [])]
-        sections.append(points_section(headline))
+        axes = axes_section(headline)
+        sections += [axes, points_section(headline)] if axes else [points_section(headline)]
     chunks = chunks_section(df)
     sections += [*([chunks] if chunks else []), clocks_section(df)]
     sections += [failures_section(df), wide_ci_section(df)]
