@@ -41,7 +41,7 @@ from kernels.cutile.config import (
     CHUNK_MAX_HEADS,
     DEFAULT_CONFIG,
     SSDConfig,
-    forward_default_config,
+    inputs_default_config,
 )
 from kernels.cutile.precompile import precompile
 from kernels.cutile.tiles import pow2_tile
@@ -224,7 +224,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
 
     x, B = kwargs["x"], kwargs["B"]
     chunk_size, dstate = kwargs["chunk_size"], B.shape[3]
-    base = _defaults(kwargs)
+    base = inputs_default_config(kwargs)
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability(x.device))
     sms = sm_count(x.device)
     began = time.perf_counter()
@@ -322,11 +322,6 @@ def _device_us(fn, reps: int) -> float:
     return statistics.median(times[1:])
 
 
-def _defaults(kwargs: dict) -> SSDConfig:
-    """default_config for these inputs' dstate and size."""
-    return forward_default_config(kwargs["x"].shape, kwargs["B"].shape[3], kwargs["chunk_size"])
-
-
 def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:
     """The config to launch these inputs with under a tuning policy, and what to record of it.
 
@@ -335,7 +330,7 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if policy not in POLICIES:
         raise ValueError(f"tune policy must be one of {POLICIES}, got {policy!r}")
     if policy == "off":
-        config = _defaults(kwargs)
+        config = inputs_default_config(kwargs)
         return config, {"tune": policy, "source": "default", "config": config.to_dict()}
     cache = TuningCache(path or cache_path())
     key = tuning_key(kwargs)

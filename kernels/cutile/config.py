@@ -345,6 +345,11 @@ def forward_default_config(x_shape: tuple[int, ...], dstate: int, chunk_size: in
     return default_config(dstate, ProblemSize(batch, seqlen, nheads, chunk_size))
 
 
+def inputs_default_config(kwargs: dict) -> SSDConfig:
+    """forward_default_config of a forward's keyword arguments (x, B, chunk_size)."""
+    return forward_default_config(kwargs["x"].shape, kwargs["B"].shape[3], kwargs["chunk_size"])
+
+
 _HINTED: dict[tuple[int, int], object] = {}
 
 

@@ -152,14 +152,11 @@ def precompile(
 def precompile_defaults(inputs: list[dict], device: torch.device) -> Precompiled:
     """precompile_forwards of each input's default config (what `ssd_forward` launches untuned)
     for the GPU `device`: a sweep's points compiled at once, before any is timed."""
-    from kernels.cutile.config import forward_default_config
+    from kernels.cutile.config import inputs_default_config
     from kernels.cutile.launch import sm_count
 
     arch = "sm_{}{}".format(*torch.cuda.get_device_capability(device))
-    forwards = [
-        (kw, forward_default_config(kw["x"].shape, kw["B"].shape[3], kw["chunk_size"]))
-        for kw in inputs
-    ]
+    forwards = [(kw, inputs_default_config(kw)) for kw in inputs]
     return precompile_forwards(forwards, arch, sm_count(device))
 
 

@@ -13,7 +13,7 @@ import torch
 from harness.inputs import meta_inputs
 from harness.problem import Problem
 from kernels.cutile import autotune, precompile
-from kernels.cutile.config import forward_default_config
+from kernels.cutile.config import forward_default_config, inputs_default_config
 from kernels.cutile.signatures import forward_launches
 
 PROBLEM = Problem(seqlen=2048, nheads=8, dstate=64, chunk_size=128)
@@ -81,7 +81,7 @@ def test_a_sweeps_defaults_are_the_configs_its_forwards_launch_untuned(
     [(forwards, arch, sms)] = asked
     assert (arch, sms) == ("sm_90", 132)
     assert [kw for kw, _ in forwards] == inputs
-    assert [config for _, config in forwards] == [autotune._defaults(kw) for kw in inputs]
+    assert [config for _, config in forwards] == [inputs_default_config(kw) for kw in inputs]
     assert forwards[0][1] != forwards[1][1]
 
 
