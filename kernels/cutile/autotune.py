@@ -81,11 +81,12 @@ LATENCIES = (2, 4, 6, 8)
 
 
 def state_hint_candidates() -> list[dict[str, int]]:
-    """fwd_pass_state's load latency hint, and whether it reads its decay weights from
-    chunk_cumsum or computes them: the two change which loads its pipeline carries."""
+    """fwd_pass_state's load latency hint, whether it reads its decay weights from chunk_cumsum
+    or computes them, and whether its state stores may use TMA: the three change which loads and
+    stores its pipeline carries."""
     return [
-        {"state_latency": latency, "state_weights": weights}
-        for latency, weights in itertools.product(LATENCIES, (0, 1))
+        {"state_latency": latency, "state_weights": weights, "state_store_tma": tma}
+        for latency, weights, tma in itertools.product(LATENCIES, (0, 1), (0, 1))
     ]
 
 
@@ -338,7 +339,7 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     if config is not None:
         return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
     print(
-        "cuTile tuning: searching up to 242 configurations for this shape (a minute or two on "
+        "cuTile tuning: searching up to 250 configurations for this shape (a minute or two on "
         f"an H200, most of it compiling); the pick is then cached in {cache.path}",
         file=sys.stderr,
     )

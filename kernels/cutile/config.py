@@ -26,6 +26,9 @@ class SSDConfig:
     # fwd_pass_state reads its per-position weights exp(dA_last − dA)·dt from chunk_cumsum (1),
     # which computes them once, or computes them itself at every step (0).
     state_weights: int = 0
+    # fwd_pass_state stores each chunk's state as tileiras picks, by TMA where legal (1), or with
+    # plain stores (0: `allow_tma=False`; fewer instructions in some builds, more in others).
+    state_store_tma: int = 1
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -89,7 +92,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights",
+            "out_fold_segments", "state_weights", "state_store_tma",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

@@ -102,12 +102,14 @@ def _weighted_x_b(
     return ct.mma(xt.astype(mma_dtype), bw, acc)
 
 
-def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int):
-    ct.store(
-        states,
-        index=(batch, chunk, head, 0, nblock),
-        tile=state.reshape((1, 1, 1, P, NB)).astype(states.dtype),
-    )
+def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int, TMA: bool):
+    """One chunk's state, stored as tileiras picks (TMA where legal) or, without TMA, plainly."""
+    index = (batch, chunk, head, 0, nblock)
+    tile = state.reshape((1, 1, 1, P, NB)).astype(states.dtype)
+    if TMA:
+        ct.store(states, index=index, tile=tile)
+    else:
+        ct.store(states, index=index, tile=tile, allow_tma=False)
 
 
 def _finish_segment(
@@ -148,6 +150,7 @@ def fwd_pass_state_kernel(
     CHAINED: ConstBool,
     LAT: ConstInt,
     WEIGHTS: ConstBool,
+    STORE_TMA: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -168,13 +171,13 @@ def fwd_pass_state_kernel(
     log_decay1 = log_decay0
 
     for chunk in range(first, last):
-        _store_state(states, state0, batch, chunk, head, nblock, P, NB)
+        _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
         dA0, dt0, dA_last0 = _chunk_weights(
             dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS
         )
         dA1, dt1, dA_last1 = dA0, dt0, dA_last0
         if HS == 2:
-            _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB)
+            _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB, STORE_TMA)
             dA1, dt1, dA_last1 = _chunk_weights(
                 dA_cumsum, dt_out, weight, batch, head + 1, chunk, Q, LAT, WEIGHTS
             )
@@ -308,6 +311,7 @@ def fwd_pass_state_launch(
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
+        bool(config.state_store_tma),
     )  # fmt: skip
     return grid, kernel, args
 

@@ -384,7 +384,10 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     """Four stages, each starting from the pick before: the walk's shape knobs, its hints, then
     compute_out's knobs and its hint. A fake clock makes one value of each knob fastest."""
     # None of these is the default at 8K/64/256 over chunks of 128.
-    fastest = {"state_block_n": 64, "state_latency": 6, "state_weights": 0, "out_latency": 6}
+    fastest = {
+        "state_block_n": 64, "state_latency": 6, "state_weights": 0, "state_store_tma": 0,
+        "out_latency": 6,
+    }  # fmt: skip
     timed: list[list[SSDConfig]] = []
 
     def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
@@ -413,8 +416,11 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     ]  # fmt: skip
     assert {k: getattr(best, k) for k in fastest} == fastest
     assert {c.state_block_n for c in timed[1]} == {64}  # the walk's pick, not the default's
-    assert {(c.state_latency, c.state_weights) for c in timed[1]} == {
-        (latency, weights) for latency in autotune.LATENCIES for weights in (0, 1)
+    assert {(c.state_latency, c.state_weights, c.state_store_tma) for c in timed[1]} == {
+        (latency, weights, tma)
+        for latency in autotune.LATENCIES
+        for weights in (0, 1)
+        for tma in (0, 1)
     }
     assert {c.out_latency for c in timed[3]} == set(autotune.LATENCIES)
     assert all(c.state_latency == 6 for c in timed[2] + timed[3])

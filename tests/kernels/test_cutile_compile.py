@@ -106,6 +106,9 @@ CASES = {
         FP32_Z_RAGGED,
         {"state_weights": 1, "state_weight_x": 0, "state_segments": 3},
     ),
+    # The walk's state stores without TMA.
+    "walk-plain-state-stores-two-heads": (SMALL, {"state_store_tma": 0, "state_heads": 2}),
+    "walk-plain-state-stores-fp32-z-ragged": (FP32_Z_RAGGED, {"state_store_tma": 0}),
 }
 
 
