@@ -23,7 +23,9 @@ a point is then timed when cuTile's status is ok, whatever Triton's:
                candidate / point only in the baseline (listed; missing fails only if required)
 
 So a move beyond tolerance fails only when the noise the runs measured cannot explain it, and a
-statistically clear move smaller than tolerance does not fail. A missing CI counts as unbounded.
+statistically clear move smaller than tolerance does not fail. Each point shows both runs' SM clock
+as its timing ended (gpu_clocks): a point slowed by a power-capped clock fails all the same, but
+the reader sees why. A missing CI counts as unbounded.
 Floor (--floor X): a candidate point fails when its whole speedup interval lies below X
 (hi < X); a point estimate below X with hi >= X is flagged "near" without failing.
 
@@ -303,6 +305,21 @@ def required_points(spec: str | None, baseline_points: list[str]) -> list[str]:
     return [key.strip() for key in spec.split(",") if key.strip()]
 
 
+def sm_clocks(table: pd.DataFrame, mode: str) -> pd.Series:
+    """Per point, the SM clock (MHz) read as the mode's timing ended (the median over workers):
+    a power-capped GPU slows a point without any code changing, and the verdict cannot tell."""
+    read = analysis.gpu_clocks(table)
+    return read[read["mode"] == mode].groupby("point")["sm_mhz"].median()
+
+
+def _clock_change(row, arrow: str = "->") -> str:
+    """'1950 -> 1755 MHz' where both runs read the clock, else ''."""
+    before, after = row.baseline_sm_mhz, row.candidate_sm_mhz
+    return (
+        "" if math.isnan(before) or math.isnan(after) else f"{before:.0f} {arrow} {after:.0f} MHz"
+    )
+
+
 def run_gate(
     baseline: Run,
     candidate: Run,
@@ -355,6 +372,8 @@ def run_gate(
                 f"{', '.join(absent[:3])}{more}"
             )
     points = compare(base_sp, cand_sp, tolerance, floor, metric)
+    for side, run in (("baseline", baseline), ("candidate", candidate)):
+        points[f"{side}_sm_mhz"] = points["point"].map(sm_clocks(run.table, mode))
     shared = points[~points["verdict"].isin(("missing", "new"))]
     if shared.empty:
         raise GateInputError(f"no point in common between the runs in {mode} mode")
@@ -461,6 +480,7 @@ def _points_table(points: pd.DataFrame) -> str:
                 " / ".join(
                     markdown.change(r[c]) for c in ("cutile_time_change", "triton_time_change")
                 ),
+                _clock_change(r, "→") or "—",
                 verdict_text,
                 f"{r['baseline_statuses']} → {r['candidate_statuses']}"
                 + (
@@ -477,6 +497,7 @@ def _points_table(points: pd.DataFrame) -> str:
         "candidate speedup",
         "judged change",
         "time change cutile / triton",
+        "SM clock",
         "verdict",
         "status (triton/cutile)",
         "key",
@@ -562,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
             f"{markdown.ratio(row.candidate_speedup)} (time: cutile "
             f"{markdown.change(row.cutile_time_change)}, triton "
-            f"{markdown.change(row.triton_time_change)})"
+            f"{markdown.change(row.triton_time_change)}"
+            + (f"; SM {_clock_change(row)})" if _clock_change(row) else ")")
         )
     return outcome.exit_code
 

@@ -120,6 +120,47 @@ def test_triton_getting_faster_fails_the_speedup_but_not_cutile_time(
     assert [p["change"] for p in result["points"]] == [pytest.approx(1.0)] * 12
 
 
+def _clocked(table: pd.DataFrame, sm_mhz: dict[int, str]) -> pd.DataFrame:
+    """A copy whose rows record an SM clock per sequence length (nvidia-smi's text)."""
+    table = table.copy()
+    table["gpu_clocks"] = [
+        json.dumps({"clocks.sm": sm_mhz[L], "clocks_throttle_reasons.active": "0x4"})
+        if L in sm_mhz
+        else None
+        for L in table["seqlen"]
+    ]
+    return table
+
+
+def test_a_slower_point_names_the_sm_clock_of_both_runs(capsys, tmp_path: Path) -> None:
+    """A power-capped reading slows cuTile with no code changed (v25's 64K/64/256 at 1755 MHz
+    against v24's 1950); the gate still fails the point but shows the clocks beside it."""
+    clocks = {L: "1980" for L in (1024, 4096, 16384, 65536)}
+    base = write_run(
+        tmp_path / "base", _clocked(synthetic_table(ci_rel=0.01), clocks), synthetic_meta()
+    )
+    slow = synthetic_table(speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4, ci_rel=0.01)
+    cand = write_run(tmp_path / "cand", _clocked(slow, {**clocks, 16384: "1755"}), synthetic_meta())
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    code, out, _ = run(capsys, base, cand, "--metric", "cutile-time", "--report-md", str(md),
+                       "--report-json", str(js))  # fmt: skip
+    slower = [line for line in out.splitlines() if line.startswith("  slower")]
+    assert code == 1 and len(slower) == 4
+    assert all(line.endswith("; SM 1980 -> 1755 MHz)") for line in slower)
+    assert "| 1980 → 1755 MHz |" in md.read_text() and "| 1980 → 1980 MHz |" in md.read_text()
+    points = json.loads(js.read_text())["points"]
+    assert {(p["baseline_sm_mhz"], p["candidate_sm_mhz"]) for p in points} == {
+        (1980.0, 1755.0),
+        (1980.0, 1980.0),
+    }
+
+
+def test_runs_without_clock_readings_show_none(capsys, tmp_path: Path, baseline: Path) -> None:
+    slow = build_run(tmp_path / "cand", speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4)
+    code, out, _ = run(capsys, baseline, slow)
+    assert code == 1 and "MHz" not in out
+
+
 def test_cutile_time_catches_a_slower_cutile(capsys, tmp_path: Path, baseline: Path) -> None:
     slow_long = build_run(
         tmp_path / "cand", speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4, ci_rel=0.01

@@ -84,6 +84,17 @@ def test_time_change_by_config_splits_the_points_whose_config_changed() -> None:
     assert history.time_change_by_config(previous, last, "triton", GRAPH) == {}
 
 
+def test_a_knob_only_the_later_run_records_is_no_config_change() -> None:
+    """A config field added between two runs (state_store_tma after v24) is absent from the
+    older rows; counting it as a change would put every point among the changed ones."""
+    previous = _configured(synthetic_table(), "cutile", {"state_latency": 2})
+    last = _configured(previous, "cutile", {"state_latency": 2, "state_store_tma": 1})
+    split = history.time_change_by_config(previous, last, "cutile", GRAPH)
+    assert split["config changed"].empty
+    assert len(split["config unchanged"]) == previous["point"].nunique()
+    assert not history.same_launch({"state_latency": 2}, {"state_latency": 6, "state_store_tma": 1})
+
+
 def test_gpu_uuids_come_from_the_workers_else_the_environment() -> None:
     def env(uuid: str) -> dict:
         return {"gpu": {"name": "NVIDIA H200", "uuid": uuid}}
