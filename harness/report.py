@@ -242,6 +242,10 @@ def chunks_section(df: pd.DataFrame) -> str | None:
     return text + markdown.table(header, rows)
 
 
+#: A reading below this share of the run's highest SM clock is listed by point.
+SLOW_CLOCK = 0.95
+
+
 def clocks_section(df: pd.DataFrame) -> str:
     """The GPU's clocks, temperature and power as each mode's timing ended, per mode: a slow
     point on a GPU held below its clocks shows here."""
@@ -267,7 +271,20 @@ def clocks_section(df: pd.DataFrame) -> str:
         "slowdown).\n\n"
     )
     header = ("mode", "readings", "SM MHz min / median / max", "max °C", "max W", "held")
-    return text + markdown.table(header, rows)
+    text += markdown.table(header, rows)
+    floor = SLOW_CLOCK * read["sm_mhz"].max()
+    slow = read[read["sm_mhz"] < floor].sort_values(["mode", "sm_mhz"])
+    if slow.empty:
+        return text
+    text += (
+        f"\n\nReadings below {100 * SLOW_CLOCK:.0f} % of the run's highest SM clock: these "
+        "points' times may be the clock's, not the code's.\n\n"
+    )
+    rows = [
+        (r.mode, f"`{r.point}`", f"{r.sm_mhz:.0f}", f"{r.power_w:.0f}", f"{int(r.reasons):#x}")
+        for r in slow.itertuples(index=False)
+    ]
+    return text + markdown.table(("mode", "point", "SM MHz", "W", "reasons"), rows)
 
 
 def failures_section(df: pd.DataFrame) -> str:

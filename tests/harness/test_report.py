@@ -122,7 +122,7 @@ def test_report_on_a_run_with_nothing_timed(tmp_path: Path) -> None:
 
 def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> None:
     table = synthetic_table(modes=("graph",))
-    sm = {p: 1980 - 10 * i for i, p in enumerate(sorted(table["point"].unique()))}
+    sm = {p: 1980 - 5 * i for i, p in enumerate(sorted(table["point"].unique()))}
     table["gpu_clocks"] = [
         json.dumps({"clocks.sm": str(sm[p]), "temperature.gpu": "41", "power.draw": "610.2",
                     "clocks_throttle_reasons.active": "0x0000000000000000"})
@@ -133,6 +133,18 @@ def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> N
     text = (run / "report.md").read_text()
     low, high = min(sm.values()), max(sm.values())
     assert f"| graph | {len(sm)} | {low} / " in text and f" / {high} | 41 | 610 | 0 |" in text
+    assert "below 95 %" not in text  # 1980 down to 1925: within 5 %
+    slowest = max(sm, key=lambda p: -sm[p])
+    table["gpu_clocks"] = [
+        json.dumps({"clocks.sm": "1755" if p == slowest else "1980", "power.draw": "688.6",
+                    "clocks_throttle_reasons.active": "0x0000000000000004"})
+        for p in table["point"]
+    ]  # fmt: skip
+    capped = write_run(tmp_path / "capped", table, synthetic_meta())
+    report.main([str(capped)])
+    text = (capped / "report.md").read_text()
+    assert f"| graph | `{slowest}` | 1755 | 689 | 0x4 |" in text
+    assert text.count("| 1980 | 689 |") == 0  # only the slow reading is listed
     plain = write_run(tmp_path / "plain", synthetic_table(), synthetic_meta())
     report.main([str(plain)])
     assert "Not recorded" in (plain / "report.md").read_text()
