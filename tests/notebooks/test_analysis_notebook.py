@@ -48,3 +48,4 @@ def test_notebook_runs_against_a_run_and_a_comparison(
     assert "PASS" in text
     markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
     assert "12 of the sweep's 16 points measured by every provider" in markdown
+    assert "## GPU state after timing" in markdown  # the synthetic rows read no clock
