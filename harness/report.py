@@ -120,11 +120,30 @@ def workers_table(workers: list[dict]) -> str:
                 env.get("cuda_visible_devices") or "",
                 worker_state(w, workers),
                 w.get("measured", ""),
+                prepared_text(w.get("prepared") or {}),
             )
         )
     header = ("worker", "shard", "GPU", "GPU uuid", "host", "CUDA_VISIBLE_DEVICES", "state",
-              "points measured")  # fmt: skip
+              "points measured", "compiled first")  # fmt: skip
     return markdown.table(header, rows)
+
+
+def prepared_text(prepared: dict[str, dict]) -> str:
+    """What each provider's prepare step did before the worker's first point (the runner's
+    `prepared` record): how many launches it compiled, in how long, or why it failed."""
+    parts = []
+    for name, done in sorted(prepared.items()):
+        if "error" in done:
+            parts.append(f"{name}: failed ({markdown.first_line(str(done['error']), 60)})")
+        elif "compiled" in done:
+            failed = f", {done['failed']} failed" if done.get("failed") else ""
+            parts.append(
+                f"{name}: {done['compiled']} of {done.get('specialisations', '?')} in "
+                f"{done.get('seconds', float('nan')):.0f} s{failed}"
+            )
+        else:
+            parts.append(f"{name}: {', '.join(f'{k} {v}' for k, v in sorted(done.items()))}")
+    return "; ".join(parts)
 
 
 def coverage_section(df: pd.DataFrame, meta: dict) -> str | None:

@@ -188,3 +188,19 @@ def test_a_worker_left_running_before_a_resume_of_its_shard_reads_as_killed() ->
     assert report.worker_state(resume, workers) == "done"
     table = report.workers_table(workers)
     assert table.count("killed (no end recorded)") == 1 and "| done | 3 |" in table
+
+
+def test_the_workers_table_says_what_each_prepare_step_compiled() -> None:
+    """The sweep compiles cuTile's launches before its first point; a failed or slow prepare
+    explains a worker's first points, so each worker's row says what it did."""
+    done = {"specialisations": 94, "compiled": 94, "failed": 0, "workers": 16, "seconds": 41.4}
+    assert report.prepared_text({"cutile": done}) == "cutile: 94 of 94 in 41 s"
+    assert report.prepared_text({"cutile": {**done, "compiled": 92, "failed": 2}}) == (
+        "cutile: 92 of 94 in 41 s, 2 failed"
+    )
+    assert report.prepared_text({"cutile": {"error": "RuntimeError: no tileiras\nmore"}}) == (
+        "cutile: failed (RuntimeError: no tileiras)"
+    )
+    assert report.prepared_text({}) == ""
+    worker = {"worker": "vm:1", "state": "done", "measured": 63, "prepared": {"cutile": done}}
+    assert "| done | 63 | cutile: 94 of 94 in 41 s |" in report.workers_table([worker])
