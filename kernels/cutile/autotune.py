@@ -213,6 +213,17 @@ class TuningCache:
                 raise
 
 
+def stages(dstate: int, chunk_size: int) -> list[tuple[str, list[dict[str, int]]]]:
+    """The tuner's stages in order, each with its candidates: the walk's shape knobs, its hints,
+    then compute_out's knobs and its hint."""
+    return [
+        ("fwd_pass_state", state_candidates(dstate, chunk_size)),
+        ("fwd_pass_state_hints", state_hint_candidates()),
+        ("compute_out", out_candidates(dstate, chunk_size)),
+        ("compute_out_hints", out_hint_candidates()),
+    ]
+
+
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     """Search the state walk's knobs, then its latency hints, then compute_out's knobs and its
     hint, each stage on the pick before, on these inputs, starting from the untuned defaults;
@@ -247,12 +258,7 @@ def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
 
     details = {}
     best = base
-    for stage, candidates in (
-        ("fwd_pass_state", state_candidates(dstate, chunk_size)),
-        ("fwd_pass_state_hints", state_hint_candidates()),
-        ("compute_out", out_candidates(dstate, chunk_size)),
-        ("compute_out_hints", out_hint_candidates()),
-    ):
+    for stage, candidates in stages(dstate, chunk_size):
         best, details[stage] = search(best, candidates)
     details["tune_s"] = round(time.perf_counter() - began, 1)
     return best, details
@@ -338,9 +344,10 @@ def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDC
     config = cache.get(key) if policy == "cached" else None
     if config is not None:
         return config, {"tune": policy, "source": "cache", "config": config.to_dict()}
+    most = sum(len(c) for _, c in stages(kwargs["B"].shape[3], kwargs["chunk_size"]))
     print(
-        "cuTile tuning: searching up to 250 configurations for this shape (a minute or two on "
-        f"an H200, most of it compiling); the pick is then cached in {cache.path}",
+        f"cuTile tuning: searching up to {most} configurations for this shape (a minute or two "
+        f"on an H200, most of it compiling); the pick is then cached in {cache.path}",
         file=sys.stderr,
     )
     config, details = tune(kwargs)

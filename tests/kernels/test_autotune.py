@@ -362,10 +362,11 @@ def test_cached_policy_uses_the_cache_without_tuning(
     assert config == picked and record["source"] == "cache"
     assert capsys.readouterr().err == ""  # a hit says nothing
     monkeypatch.setattr(autotune, "tune", lambda kwargs: (SSDConfig(), {"tune_s": 0.5}))
-    config, record = autotune.configure({}, "force", path)
+    kwargs = {"B": torch.empty(1, 1024, 1, 128, device="meta"), "chunk_size": 256}
+    config, record = autotune.configure(kwargs, "force", path)
     assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()
     err = capsys.readouterr().err  # a search takes minutes: the user is told why it is quiet
-    assert err.startswith("cuTile tuning: searching") and str(path) in err
+    assert err.startswith("cuTile tuning: searching up to 212 configurations") and str(path) in err
 
 
 def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None:
@@ -378,6 +379,14 @@ def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None
     plain = [default_config(dstate, size) for dstate in (64, 128, 256) for size in sizes]
     assert {c.dependent_launch for c in chained} == {1}
     assert [replace(c, dependent_launch=0) for c in chained] == plain
+
+
+@pytest.mark.parametrize(("dstate", "chunk_size", "most"), [(256, 128, 250), (64, 256, 116)])
+def test_the_stages_count_the_configurations_a_search_may_time(dstate, chunk_size, most) -> None:
+    """What the tuner announces before a search: at most the walk's 72, its 16 hints,
+    compute_out's 144 plus 14 chunk-kernel ones (chunks up to CHUNK_KERNEL_MAX_Q) and its 4
+    hints; at dstate 64 one tile width each, so 24 and 72, and no chunk kernel over 256."""
+    assert sum(len(candidates) for _, candidates in autotune.stages(dstate, chunk_size)) == most
 
 
 def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
