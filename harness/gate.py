@@ -579,12 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate: {outcome.message}")
     for row in outcome.points[outcome.points["fails"]].itertuples(index=False):
         floor = f", {row.floor} floor" if row.floor else ""
+        clock = f"; SM {_clock_change(row)}" if _clock_change(row) else ""
         print(
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
             f"{markdown.ratio(row.candidate_speedup)} (time: cutile "
             f"{markdown.change(row.cutile_time_change)}, triton "
-            f"{markdown.change(row.triton_time_change)}"
-            + (f"; SM {_clock_change(row)})" if _clock_change(row) else ")")
+            f"{markdown.change(row.triton_time_change)}{clock})"
         )
     return outcome.exit_code
 

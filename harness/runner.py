@@ -394,13 +394,15 @@ class Sweep:
         does that work itself, as it would with no preparation."""
         done = {}
         for provider in {v.name: v for _, vs in todo for v in vs}.values():
+            if provider.prepare is None:
+                continue
             problems = [
                 replace(problem, chunk_size=chunk)
                 for problem, vs in todo
                 if provider in vs and provider.unsupported(problem, self.device) is None
                 for chunk in self._chunk_lengths(problem, provider)
             ]
-            if provider.prepare is None or not problems:
+            if not problems:
                 continue
             try:
                 done[provider.name] = provider.prepare(problems, self.cfg.tune.value)

@@ -1,7 +1,7 @@
 """Compile a tuner's candidate launches, or a sweep's, in parallel processes, ahead of timing them.
 
 cuTile compiles a kernel at its first launch, one specialisation at a time, and most of a tuning
-search went on that: each of up to 230 candidates took a compile of about 1.3 s (compute_out at
+search went on that: each of its candidates took a compile of about 1.3 s (compute_out at
 16K/64/128 on this project's CPU), and one search ran past 330 s on the H200 (155 s with the
 workers, half of it compiling). tileiras stores every cubin in cuTile's disk cache
 (`CUDA_TILE_CACHE_DIR`), keyed by the kernel's bytecode. Here worker processes build each
