@@ -195,6 +195,12 @@ SHORT_WALK = 1024
 # change 36). At dstate 256 it counts walkers of 128 state columns (two per head; WAVE_WALKERS).
 FULL_WALKERS = 128
 
+# Up to dstate 64, walks of at most this many walkers (a quarter of an H200's SMs, one head each)
+# up to 2 * SHORT_WALK over chunks of 128 take the loads' latency hint 2 (H200: −2.9 to −3.8 % in
+# four runs at 1K/32/64, −2.2 to −2.7 % in three at 2K/32/64; at 4K, with 64 or 128 heads, or
+# over chunks of 256 −0.7 to +1.1 %; docs/performance.md, change 52).
+FEW_WALKERS = 32
+
 # The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
 # at least CHUNK_MIN_CTAS CTAs: one fits per SM (168 registers, 8 worker warps), and fewer CTAs
 # than an H200 has SMs (132) lost (H200, chunk 128, against v12's defaults: 64K/64/256 −7.2 % with
@@ -218,7 +224,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; with the loads' latency hint of each
     walk build's fastest pipeline where one was measured faster than the default's (changes 49
     and 50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole
-    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK; at 128, 128 state
+    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or
+    fewer up to 2 * SHORT_WALK over chunks of 128 at latency 2 (change 52); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
     only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
@@ -275,9 +282,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
             # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
+        few = size is not None and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
-            out_fold_segments=1,
+            out_fold_segments=1, state_latency=2 if few and q128 else walk.state_latency,
         )  # fmt: skip
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
