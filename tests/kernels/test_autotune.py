@@ -263,7 +263,9 @@ def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) ->
     [(1, 32, 128, (2, 2, 4)), (2, 16, 128, (2, 2, 4)), (1, 64, 128, (4, 4, 4)),
      (2, 32, 128, (4, 4, 4)), (1, 32, 256, (4, 4, 4))],
 )  # fmt: skip
-def test_short_dstate_64_walks_of_few_walkers_take_latency_2(batch, nheads, chunk, latencies):
+def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
+    batch, nheads, chunk, latencies
+) -> None:
     """Up to 2K over chunks of 128, with at most FEW_WALKERS walkers (batch × heads), the dstate-64
     walk's loads at 2 (change 52: −2.2 to −3.8 % at 1K-2K/32/64); not at 4K, with more walkers,
     or over chunks of 256. latencies: state_latency at 1K, 2K and 4K."""
