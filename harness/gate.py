@@ -579,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gate: {outcome.message}")
     for row in outcome.points[outcome.points["fails"]].itertuples(index=False):
         floor = f", {row.floor} floor" if row.floor else ""
-        clock = f"; SM {_clock_change(row)}" if _clock_change(row) else ""
+        clock = _clock_change(row)
+        clock = f"; SM {clock}" if clock else ""
         print(
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
             f"{markdown.ratio(row.candidate_speedup)} (time: cutile "

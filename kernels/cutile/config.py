@@ -282,10 +282,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
             # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
-        few = size is not None and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
+        few_short = q128 and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
-            out_fold_segments=1, state_latency=2 if few and q128 else walk.state_latency,
+            out_fold_segments=1, state_latency=2 if few_short else walk.state_latency,
         )  # fmt: skip
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
