@@ -225,7 +225,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     walk build's fastest pipeline where one was measured faster than the default's (changes 49
     and 50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole
     chunks per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or
-    fewer up to 2 * SHORT_WALK over chunks of 128 at latency 2 (change 52); at 128, 128 state
+    fewer up to 2 * SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill
+    the GPU one per SM running so, with plain stores at latency 6 (change 53); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
     only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
@@ -275,6 +276,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
+        if size is not None and FULL_WALKERS <= walkers <= WAVE_WALKERS // 2:
+            # Walkers that fill the GPU one per SM run so, with plain state stores and the loads
+            # at 6 (H200, 128 heads: −1.2 to −4.5 % in all from 1K to 64K over chunks of 128 and
+            # −2.4 to −4.1 % over 256; the same at two per SM, in 64-row steps, +0.4 to +5.6 %;
+            # change 53).
+            walk = replace(walk, state_occupancy=1, state_store_tma=0, state_latency=6)
         elif long:
             # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
             # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -230,12 +231,22 @@ def test_walks_that_fill_the_gpu_at_dstate_128_run_one_segment(batch, nheads, wa
         assert config.state_block_n == 128
 
 
-@pytest.mark.parametrize(("batch", "nheads", "segments"), [(1, 64, 0), (2, 64, 1), (1, 128, 1)])
-def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, segments) -> None:
-    """From FULL_WALKERS walkers on, one segment at two CTAs per SM (faster there than one's)."""
-    for seqlen in (2048, 65536):
-        config = default_config(64, ProblemSize(batch, seqlen, nheads, 128))
-        assert (config.state_segments, config.state_occupancy) == (segments, 2)
+@pytest.mark.parametrize(
+    ("batch", "nheads", "walk"),
+    [(1, 64, (0, 2, 1, 4)), (2, 64, (1, 1, 0, 6)), (1, 128, (1, 1, 0, 6)),
+     (1, 132, (1, 1, 0, 6)), (1, 136, (1, 2, 1, 4)), (2, 128, (1, 2, 1, 4))],
+)  # fmt: skip
+def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, walk) -> None:
+    """From FULL_WALKERS (batch × heads) walkers on, one segment; while they fit one per SM (132
+    on an H200) they run so, with plain state stores and the loads at 6 (change 53), over chunks
+    of 128 and 256. walk: (segments, walk occupancy, TMA stores, walk latency) from 4K on."""
+    for seqlen, chunk in itertools.product((4096, 65536), (128, 256)):
+        config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
+        got = (
+            config.state_segments, config.state_occupancy, config.state_store_tma,
+            config.state_latency,
+        )  # fmt: skip
+        assert got == walk
 
 
 @pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])
@@ -281,7 +292,7 @@ def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
     [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
      (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (4, 4, 2, 2)), (256, 32, 256, (2, 4, 4, 4)),
      (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (2, 2, 2, 2)),
-     (64, 128, 128, (4, 4, 4, 4))],
+     (64, 128, 128, (6, 6, 6, 6)), (64, 64, 128, (4, 4, 4, 4))],
 )  # fmt: skip
 def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     dstate, nheads, chunk, latencies
@@ -290,7 +301,8 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     128 also those at two per SM, the 64-column ones take 2, and the one-per-SM walkers at dstate
     128 take 6 (change 49; over chunks of 256 the last two lost). Up to CHAIN_SEQLEN those at
     dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change
-    50). latencies: state_latency at 2K, 4K, 8K and 64K."""
+    50). At dstate 64 the one-per-SM walkers take 6 at every length (change 53), the others the
+    knobs' default. latencies: state_latency at 2K, 4K, 8K and 64K."""
     got = tuple(
         default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
         for seqlen in (2048, 4096, 8192, 65536)
