@@ -84,6 +84,11 @@ CASES = {
     "long-8K-64-heads-N256": dict(seqlen=8192, nheads=64, dstate=256, chunk_size=128),
     "long-8K-64-heads-N256-Q256": dict(seqlen=8192, nheads=64, dstate=256),
     "long-8K-128-heads-N128": dict(seqlen=8192, nheads=128, dstate=128, chunk_size=128),
+    # dstate 64's walkers one per SM with plain state stores (change 53), ragged and batched
+    "walkers-one-per-sm-N64": dict(seqlen=3000, nheads=128, dstate=64, has_initial_states=True),
+    "walkers-one-per-sm-N64-batch2": dict(
+        batch=2, seqlen=2048, nheads=64, dstate=64, chunk_size=128
+    ),
 }
 
 
