@@ -83,10 +83,18 @@ LATENCIES = (2, 4, 6, 8)
 def state_hint_candidates() -> list[dict[str, int]]:
     """fwd_pass_state's load latency hint, whether it reads its decay weights from chunk_cumsum
     or computes them, and whether its state stores may use TMA: the three change which loads and
-    stores its pipeline carries."""
+    stores its pipeline carries. Each at one and at two CTAs per SM, whatever the walk's stage
+    picked: the pipeline a hint builds depends on the registers and shared memory a CTA may take
+    (64K/128/64: one per SM lost at TMA stores and hint 4, and won −11 % in the walk at plain
+    stores and 6, which the walk's stage never timed; docs/performance.md, change 53)."""
     return [
-        {"state_latency": latency, "state_weights": weights, "state_store_tma": tma}
-        for latency, weights, tma in itertools.product(LATENCIES, (0, 1), (0, 1))
+        {
+            "state_latency": latency,
+            "state_weights": weights,
+            "state_store_tma": tma,
+            "state_occupancy": occupancy,
+        }
+        for latency, weights, tma, occupancy in itertools.product(LATENCIES, (0, 1), (0, 1), (1, 2))
     ]
 
 

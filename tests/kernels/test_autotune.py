@@ -396,7 +396,7 @@ def test_cached_policy_uses_the_cache_without_tuning(
     config, record = autotune.configure(kwargs, "force", path)
     assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()
     err = capsys.readouterr().err  # a search takes minutes: the user is told why it is quiet
-    assert err.startswith("cuTile tuning: searching up to 212 configurations") and str(path) in err
+    assert err.startswith("cuTile tuning: searching up to 228 configurations") and str(path) in err
 
 
 def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None:
@@ -411,11 +411,12 @@ def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None
     assert [replace(c, dependent_launch=0) for c in chained] == plain
 
 
-@pytest.mark.parametrize(("dstate", "chunk_size", "most"), [(256, 128, 250), (64, 256, 116)])
+@pytest.mark.parametrize(("dstate", "chunk_size", "most"), [(256, 128, 266), (64, 256, 132)])
 def test_the_stages_count_the_configurations_a_search_may_time(dstate, chunk_size, most) -> None:
-    """What the tuner announces before a search: at most the walk's 72, its 16 hints,
-    compute_out's 144 plus 14 chunk-kernel ones (chunks up to CHUNK_KERNEL_MAX_Q) and its 4
-    hints; at dstate 64 one tile width each, so 24 and 72, and no chunk kernel over 256."""
+    """What the tuner announces before a search: at most the walk's 72, its 32 hints (16 at each
+    of two occupancies), compute_out's 144 plus 14 chunk-kernel ones (chunks up to
+    CHUNK_KERNEL_MAX_Q) and its 4 hints; at dstate 64 one tile width each, so 24 and 72, and no
+    chunk kernel over 256."""
     assert sum(len(candidates) for _, candidates in autotune.stages(dstate, chunk_size)) == most
 
 
@@ -455,11 +456,42 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     ]  # fmt: skip
     assert {k: getattr(best, k) for k in fastest} == fastest
     assert {c.state_block_n for c in timed[1]} == {64}  # the walk's pick, not the default's
-    assert {(c.state_latency, c.state_weights, c.state_store_tma) for c in timed[1]} == {
-        (latency, weights, tma)
-        for latency in autotune.LATENCIES
-        for weights in (0, 1)
-        for tma in (0, 1)
-    }
+    hints = [(c.state_latency, c.state_weights, c.state_store_tma, c.state_occupancy)
+             for c in timed[1]]  # fmt: skip
+    searched = set(itertools.product(autotune.LATENCIES, (0, 1), (0, 1), (1, 2)))
+    assert searched <= set(hints) <= searched | {hints[0]}  # and the walk's pick
     assert {c.out_latency for c in timed[3]} == set(autotune.LATENCIES)
     assert all(c.state_latency == 6 for c in timed[2] + timed[3])
+
+
+def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) -> None:
+    """A walk build that wins only at one CTA per SM with plain stores and hint 6, while one per
+    SM loses at the default hint and stores (64K/128/64, change 53), is found although the walk's
+    stage picks two per SM."""
+
+    def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
+        def us(c: SSDConfig) -> float:
+            if c.state_occupancy == 1 and c.state_store_tma == 0 and c.state_latency == 6:
+                return 90.0
+            return 100.0 - (c.state_occupancy == 2)
+
+        times = {c: us(c) for c in configs}
+        return min(configs, key=times.get), {"times_us": times}
+
+    class Compiled:
+        spilling = frozenset()
+
+        def to_dict(self) -> dict:
+            return {}
+
+    monkeypatch.setattr(autotune, "search_timed", fake_search)
+    monkeypatch.setattr(autotune, "precompile", lambda *args: Compiled())
+    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
+    kwargs = {
+        "x": torch.empty(1, 65536, 32, 64, device="meta"),
+        "B": torch.empty(1, 65536, 1, 256, device="meta"),
+        "chunk_size": 128,
+    }
+    best, _ = autotune.tune(kwargs)
+    assert (best.state_occupancy, best.state_store_tma, best.state_latency) == (1, 0, 6)
