@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -420,6 +421,39 @@ def test_the_stages_count_the_configurations_a_search_may_time(dstate, chunk_siz
     assert sum(len(candidates) for _, candidates in autotune.stages(dstate, chunk_size)) == most
 
 
+class _NothingSpills:
+    """precompile's result with no spilling launch."""
+
+    spilling = frozenset()
+
+    def to_dict(self) -> dict:
+        return {}
+
+
+def _tune_on_a_fake_clock(
+    monkeypatch, us: Callable[[SSDConfig], float], seqlen: int, nheads: int, dstate: int
+) -> tuple[SSDConfig, dict, list[list[SSDConfig]]]:
+    """autotune.tune at (seqlen, nheads, dstate) over chunks of 128 on meta tensors, `us` giving
+    every config's time: (pick, details, the configs each stage timed)."""
+    timed: list[list[SSDConfig]] = []
+
+    def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
+        timed.append(configs)
+        times = {c: us(c) for c in configs}
+        return min(configs, key=times.get), {"times_us": times}
+
+    monkeypatch.setattr(autotune, "search_timed", fake_search)
+    monkeypatch.setattr(autotune, "precompile", lambda *args: _NothingSpills())
+    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
+    kwargs = {
+        "x": torch.empty(1, seqlen, nheads, 64, device="meta"),
+        "B": torch.empty(1, seqlen, 1, dstate, device="meta"),
+        "chunk_size": 128,
+    }
+    return *autotune.tune(kwargs), timed
+
+
 def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     """Four stages, each starting from the pick before: the walk's shape knobs, its hints, then
     compute_out's knobs and its hint. A fake clock makes one value of each knob fastest."""
@@ -428,29 +462,10 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
         "state_block_n": 64, "state_latency": 6, "state_weights": 0, "state_store_tma": 0,
         "out_latency": 6,
     }  # fmt: skip
-    timed: list[list[SSDConfig]] = []
-
-    def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
-        timed.append(configs)
-        times = {c: 100.0 - sum(getattr(c, k) == v for k, v in fastest.items()) for c in configs}
-        return min(configs, key=times.get), {"times_us": times}
-
-    class Compiled:
-        spilling = frozenset()
-
-        def to_dict(self) -> dict:
-            return {}
-
-    monkeypatch.setattr(autotune, "search_timed", fake_search)
-    monkeypatch.setattr(autotune, "precompile", lambda *args: Compiled())
-    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
-    kwargs = {
-        "x": torch.empty(1, 8192, 64, 64, device="meta"),
-        "B": torch.empty(1, 8192, 1, 256, device="meta"),
-        "chunk_size": 128,
-    }
-    best, details = autotune.tune(kwargs)
+    best, details, timed = _tune_on_a_fake_clock(
+        monkeypatch, lambda c: 100.0 - sum(getattr(c, k) == v for k, v in fastest.items()),
+        8192, 64, 256,
+    )  # fmt: skip
     assert list(details) == [
         "fwd_pass_state", "fwd_pass_state_hints", "compute_out", "compute_out_hints", "tune_s",
     ]  # fmt: skip
@@ -469,29 +484,11 @@ def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) ->
     SM loses at the default hint and stores (64K/128/64, change 53), is found although the walk's
     stage picks two per SM."""
 
-    def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
-        def us(c: SSDConfig) -> float:
-            if c.state_occupancy == 1 and c.state_store_tma == 0 and c.state_latency == 6:
-                return 90.0
-            return 100.0 - (c.state_occupancy == 2)
+    def us(c: SSDConfig) -> float:
+        if c.state_occupancy == 1 and c.state_store_tma == 0 and c.state_latency == 6:
+            return 90.0
+        return 100.0 - (c.state_occupancy == 2)
 
-        times = {c: us(c) for c in configs}
-        return min(configs, key=times.get), {"times_us": times}
-
-    class Compiled:
-        spilling = frozenset()
-
-        def to_dict(self) -> dict:
-            return {}
-
-    monkeypatch.setattr(autotune, "search_timed", fake_search)
-    monkeypatch.setattr(autotune, "precompile", lambda *args: Compiled())
-    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
-    monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
-    kwargs = {
-        "x": torch.empty(1, 65536, 32, 64, device="meta"),
-        "B": torch.empty(1, 65536, 1, 256, device="meta"),
-        "chunk_size": 128,
-    }
-    best, _ = autotune.tune(kwargs)
+    best, _, timed = _tune_on_a_fake_clock(monkeypatch, us, 65536, 32, 256)
+    assert timed[1][0].state_occupancy == 2  # the walk stage's pick
     assert (best.state_occupancy, best.state_store_tma, best.state_latency) == (1, 0, 6)
