@@ -276,12 +276,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 64:
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
-        if size is not None and FULL_WALKERS <= walkers <= WAVE_WALKERS // 2:
-            # Walkers that fill the GPU one per SM run so, with plain state stores and the loads
-            # at 6 (H200, 128 heads: −1.2 to −4.5 % in all from 1K to 64K over chunks of 128 and
-            # −2.4 to −4.1 % over 256; the same at two per SM, in 64-row steps, +0.4 to +5.6 %;
-            # change 53).
-            walk = replace(walk, state_occupancy=1, state_store_tma=0, state_latency=6)
+            if FULL_WALKERS <= walkers <= WAVE_WALKERS // 2:
+                # Walkers that fill the GPU one per SM run so, with plain state stores and the
+                # loads at 6 (H200, 128 heads: −1.2 to −4.5 % in all from 1K to 64K over chunks
+                # of 128 and −2.4 to −4.1 % over 256; the same at two per SM, in 64-row steps,
+                # +0.4 to +5.6 %; change 53).
+                walk = replace(walk, state_occupancy=1, state_store_tma=0, state_latency=6)
         elif long:
             # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
             # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with

@@ -240,7 +240,8 @@ def test_walks_that_fill_the_gpu_at_dstate_128_run_one_segment(batch, nheads, wa
 def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, walk) -> None:
     """From FULL_WALKERS (batch × heads) walkers on, one segment; while they fit one per SM (132
     on an H200) they run so, with plain state stores and the loads at 6 (change 53), over chunks
-    of 128 and 256. walk: (segments, walk occupancy, TMA stores, walk latency) from 4K on."""
+    of 128 and 256; in one segment they read their weights from chunk_cumsum at every length.
+    walk: (segments, walk occupancy, TMA stores, walk latency) from 4K on."""
     for seqlen, chunk in itertools.product((4096, 65536), (128, 256)):
         config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
         got = (
@@ -248,6 +249,7 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
             config.state_latency,
         )  # fmt: skip
         assert got == walk
+        assert config.state_weights == 1 or config.state_segments != 1
 
 
 @pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])
