@@ -106,9 +106,9 @@ def out_hint_candidates() -> list[dict[str, int]]:
 def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
     """compute_out knobs: rows per CTA, causal k-tile, dstate slice per mma, occupancy, heads per
     CTA, C·Bᵀ computed inside or read from chunk_cb, and with chunk_cb whether the k-tiles'
-    decays are hinted (they paid only there, change 29). The row-times-column decay follows from
-    the others: off only for two heads computing C·Bᵀ inside at dstate > 128, where it spilled
-    (default_config). Chunks up to CHUNK_KERNEL_MAX_Q add the chunk kernel: 1 to
+    decays are hinted (they paid only there, change 29). The row-times-column decay is on, as in
+    default_config (two heads computing C·Bᵀ inside at dstate 256 took it only once compute_out
+    peeled its diagonal tile, change 54). Chunks up to CHUNK_KERNEL_MAX_Q add the chunk kernel: 1 to
     CHUNK_MAX_HEADS heads per CTA, one CTA per SM (as it builds), decays hinted or not."""
     rows = sorted({min(tm, chunk_size) for tm in (64, 128)})
     slices = sorted({min(ns, pow2_tile(dstate)) for ns in (64, 128)})
@@ -121,7 +121,7 @@ def out_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
             "out_occupancy": occ,
             "out_heads": hb,
             "out_cb": cb,
-            "out_rank1": int(dstate <= 128 or hb == 1 or cb > 0),
+            "out_rank1": 1,
             "out_hint_decays": hint,
         }
         for tm, tk, ns, occ, hb, cb, hint in itertools.product(

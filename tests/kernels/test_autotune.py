@@ -121,17 +121,14 @@ def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out
     assert default_config(128, size).out_cb == default_config(64, size).out_cb == 0
 
 
-@pytest.mark.parametrize(
-    ("dstate", "seqlen", "rank1"), [(64, 1024, 1), (128, 1024, 1), (256, 1024, 0), (256, 8192, 1)]
-)
-def test_rank1_decay_except_for_cb_computed_inside_at_dstate_256(dstate, seqlen, rank1) -> None:
-    """The row-times-column decay spills compute_out where it also computes C·Bᵀ for two heads at
-    dstate 256; the tuner's candidates follow the same rule."""
+@pytest.mark.parametrize(("dstate", "seqlen"), [(64, 1024), (128, 1024), (256, 1024), (256, 8192)])
+def test_rank1_decay_everywhere(dstate, seqlen) -> None:
+    """The row-times-column decay is on in the row-block kernel's defaults and the tuner's
+    candidates, also where two heads compute C·Bᵀ inside at dstate 256 (1K/32/256), which it
+    spilled until compute_out peeled its diagonal tile (change 54)."""
     config = default_config(dstate, ProblemSize(1, seqlen, 32, 256))
-    assert config.out_rank1 == rank1
-    for candidate in autotune.out_candidates(dstate, 256):
-        inside_for_two = candidate["out_heads"] == 2 and candidate["out_cb"] == 0
-        assert candidate["out_rank1"] == int(not (dstate > 128 and inside_for_two))
+    assert config.out_chunk_heads == 0 and config.out_rank1 == 1
+    assert all(c["out_rank1"] == 1 for c in autotune.out_candidates(dstate, 256))
 
 
 @pytest.mark.parametrize(
