@@ -256,8 +256,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       against three with unhinted decays; four unhinted lost 10-13 %, change 29). With fewer
       tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM.
     The row-times-column decay below the diagonal (`out_rank1`) in the row-block kernel
-    everywhere (at 256 with C·Bᵀ computed inside it spilled until compute_out peeled the
-    diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
+    everywhere (at 256 with C·Bᵀ computed inside it built 223 registers until compute_out peeled
+    the diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     chained = short or int(
@@ -346,7 +346,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             out_occupancy=4, out_block_k=32,
         )  # fmt: skip
     # With the diagonal tile peeled (compute_out.py) these pairs take the row factor too, which
-    # spilled before (H200, chunk 256: −2.3 to −5.1 % at 1K/32, 1K/64 and 2K/32; change 54).
+    # built 223 registers before, 128 now (H200, chunk 256: −2.3 to −5.1 % at 1K/32, 1K/64 and
+    # 2K/32; change 54).
     return replace(walk, out_occupancy=2, out_heads=2, out_rank1=1)
 
 

@@ -124,8 +124,8 @@ def test_chunk_cb_only_for_problems_with_enough_output_tiles(seqlen, nheads, out
 @pytest.mark.parametrize(("dstate", "seqlen"), [(64, 1024), (128, 1024), (256, 1024), (256, 8192)])
 def test_rank1_decay_everywhere(dstate, seqlen) -> None:
     """The row-times-column decay is on in the row-block kernel's defaults and the tuner's
-    candidates, also where two heads compute C·Bᵀ inside at dstate 256 (1K/32/256), which it
-    spilled until compute_out peeled its diagonal tile (change 54)."""
+    candidates, also where two heads compute C·Bᵀ inside at dstate 256 (1K/32/256), where it
+    built 223 registers until compute_out peeled its diagonal tile (change 54)."""
     config = default_config(dstate, ProblemSize(1, seqlen, 32, 256))
     assert config.out_chunk_heads == 0 and config.out_rank1 == 1
     assert all(c["out_rank1"] == 1 for c in autotune.out_candidates(dstate, 256))
