@@ -230,7 +230,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
     SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
     only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
-    64K/128/128, change 24); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
+    64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking whole
+    chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
+    CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
     one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at
     64K/128/128, change 36); from 256 on one segment (the walkers already fill the GPU, and the
     segment correction would cost compute_out ~14 %), with 128 state columns per CTA at one CTA per
@@ -246,7 +248,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
-      −2.5 %);
+      −2.5 %) and, at latency 2, up to CHAIN_SEQLEN over chunks of 128 (change 55);
     - at 256: for chunks up to CHUNK_KERNEL_MAX_Q with at least CHUNK_MIN_TILES output tiles,
       the chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over
       it (−6 to −11 % in all, change 32); for longer chunks with at least CB_MIN_TILES, chunk_cb
@@ -297,6 +299,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
         latency = 2
+        fill_one_per_sm = FULL_WALKERS <= 2 * walkers <= WAVE_WALKERS // 2  # of 64 columns
         if size is not None and size.seqlen <= SHORT_WALK:
             walk = replace(walk, state_segments=1, state_block_n=64, state_block_q=128)
         elif walkers >= FULL_WALKERS:
@@ -312,6 +315,17 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
                     # at 64K (change 49), −3.5 to −3.6 % at 2K-4K/128/128 (change 50).
                     latency = 6
             out.update(out_cb=1, out_hint_decays=1)
+        elif q128 and not short and (fill_one_per_sm or size.seqlen <= CHAIN_SEQLEN):
+            # 64-column walkers one per SM, whole chunks per step, at 6: where they fill the GPU
+            # so they walk in one segment instead of several and compute_out runs unsegmented
+            # (H200, 64 heads: −14 % at 2K, −5.8 % at 8K, −2.7 % at 64K); up to CHAIN_SEQLEN at
+            # 32 heads two segments instead of eight (4K: −8.5 %; beyond, +2.7 % at 16K and +5.8 %
+            # at 64K), with compute_out's square k-tiles at two CTAs per SM (the tuner's pick at
+            # 4K/32/128: −12.4 % in all; 8K/64/128 +2.5 % over the walk alone; change 55).
+            walk = replace(walk, state_block_n=64, state_block_q=128, state_occupancy=1)
+            latency = 6
+            if size.seqlen <= CHAIN_SEQLEN:
+                out = {"out_occupancy": 2, "out_latency": 2}
         else:
             walk = replace(walk, state_block_n=128)
         if short and not (size.seqlen <= SHORT_WALK and size.chunk_size > 128):

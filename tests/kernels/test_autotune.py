@@ -190,7 +190,7 @@ def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, 
     [(1024, 32, 128, (1, 128, 128, 1)), (1024, 64, 128, (1, 128, 128, 1)),
      (1024, 128, 128, (1, 64, 128, 2)), (1024, 32, 256, (1, 64, 128, 2)),
      (1024, 64, 256, (1, 64, 128, 2)), (2048, 32, 128, (0, 128, 64, 1)),
-     (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 128, (0, 128, 64, 2)),
+     (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 256, (0, 128, 64, 2)),
      (65536, 32, 128, (0, 128, 64, 2)), (None, 32, 128, (0, 128, 64, 2))],
 )  # fmt: skip
 def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
@@ -216,8 +216,8 @@ def test_short_walks_at_dstate_64_in_one_segment(seqlen, segments) -> None:
 
 @pytest.mark.parametrize(
     ("batch", "nheads", "walk"),
-    [(1, 64, (0, 2, 0)), (2, 32, (0, 2, 0)), (1, 128, (1, 1, 1)), (4, 32, (1, 1, 1)),
-     (1, 132, (1, 1, 1)), (1, 136, (1, 2, 1)), (2, 128, (1, 2, 1))],
+    [(1, 128, (1, 1, 1)), (4, 32, (1, 1, 1)), (1, 132, (1, 1, 1)), (1, 136, (1, 2, 1)),
+     (2, 128, (1, 2, 1))],
 )  # fmt: skip
 def test_walks_that_fill_the_gpu_at_dstate_128_run_one_segment(batch, nheads, walk) -> None:
     """From FULL_WALKERS (batch × heads) walkers on, one segment; one CTA per SM while they fit
@@ -291,7 +291,8 @@ def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
     ("dstate", "nheads", "chunk", "latencies"),
     [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
      (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (4, 4, 2, 2)), (256, 32, 256, (2, 4, 4, 4)),
-     (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (2, 2, 2, 2)),
+     (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (6, 6, 6, 6)),
+     (128, 32, 128, (2, 6, 2, 2)), (128, 64, 256, (2, 2, 2, 2)),
      (64, 128, 128, (6, 6, 6, 6)), (64, 64, 128, (4, 4, 4, 4))],
 )  # fmt: skip
 def test_long_walks_take_the_latency_hint_of_their_fastest_build(
@@ -299,10 +300,12 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
 ) -> None:
     """Beyond CHAIN_SEQLEN the one-per-SM 128-column walkers at dstate 256 take 8; over chunks of
     128 also those at two per SM, the 64-column ones take 2, and the one-per-SM walkers at dstate
-    128 take 6 (change 49; over chunks of 256 the last two lost). Up to CHAIN_SEQLEN those at
-    dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change
-    50). At dstate 64 the one-per-SM walkers take 6 at every length (change 53), the others the
-    knobs' default. latencies: state_latency at 2K, 4K, 8K and 64K."""
+    128 take 6 (change 49; over chunks of 256 the last two lost), and so do dstate 128's
+    64-column ones at one per SM (change 55: 64 heads, and 32 up to CHAIN_SEQLEN). Up to
+    CHAIN_SEQLEN those at dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over
+    chunks of 256 (change 50). At dstate 64 the one-per-SM walkers take 6 at every length
+    (change 53), the others the knobs' default. latencies: state_latency at 2K, 4K, 8K and
+    64K."""
     got = tuple(
         default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
         for seqlen in (2048, 4096, 8192, 65536)
@@ -310,12 +313,40 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     assert got == latencies
 
 
-@pytest.mark.parametrize(("seqlen", "occupancy", "block_k"), [(1024, 2, 64), (4096, 3, 32)])
-def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_except_for_short_problems(
-    seqlen, occupancy, block_k
+@pytest.mark.parametrize(
+    ("seqlen", "chunk", "occupancy", "block_k"),
+    [(1024, 128, 2, 64), (4096, 128, 2, 64), (4096, 256, 3, 32), (8192, 128, 3, 32)],
+)
+def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems_and_chains(
+    seqlen, chunk, occupancy, block_k
 ) -> None:
-    config = default_config(128, ProblemSize(1, seqlen, 32, 128))
+    """Two CTAs per SM with square k-tiles for short problems, and up to CHAIN_SEQLEN over chunks
+    of 128 (change 55); three with 32-column k-tiles elsewhere."""
+    config = default_config(128, ProblemSize(1, seqlen, 32, chunk))
     assert (config.out_occupancy, config.out_block_k, config.out_heads) == (occupancy, block_k, 2)
+
+
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk", "walk", "out_latency"),
+    [(1, 2048, 64, 128, (64, 128, 1, 6), 2), (1, 4096, 64, 128, (64, 128, 1, 6), 2),
+     (1, 8192, 64, 128, (64, 128, 1, 6), 4), (1, 65536, 64, 128, (64, 128, 1, 6), 4),
+     (2, 65536, 32, 128, (64, 128, 1, 6), 4), (1, 4096, 32, 128, (64, 128, 1, 6), 2),
+     (1, 8192, 32, 128, (128, 64, 2, 2), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
+     (1, 4096, 32, 256, (128, 64, 2, 2), 4), (1, 2048, 32, 128, (128, 64, 1, 2), 4),
+     (1, 65536, 96, 128, (128, 64, 2, 2), 4)],
+)  # fmt: skip
+def test_64_column_walkers_one_per_sm_at_dstate_128_where_they_fill_the_gpu_or_chains(
+    batch, seqlen, nheads, chunk, walk, out_latency
+) -> None:
+    """Over chunks of 128, beyond short problems and below FULL_WALKERS walkers: 64-column
+    walkers at one CTA per SM, whole chunks per step, at 6, where twice the walkers (batch ×
+    heads) fill the GPU within one wave, so they walk in one segment, and up to CHAIN_SEQLEN
+    whatever the walkers (change 55). walk: (state columns, rows per step, walk occupancy,
+    state_latency)."""
+    config = default_config(128, ProblemSize(batch, seqlen, nheads, chunk))
+    got = (config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency)
+    assert got == walk and config.out_latency == out_latency
+    assert config.state_segments == 0 and config.out_heads == 2
 
 
 @pytest.mark.parametrize(
