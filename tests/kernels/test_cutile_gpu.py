@@ -79,6 +79,8 @@ CASES = {
     # and by change 42: C·Bᵀ from chunk_cb; walk segments with segment_scan
     "chained-2K-128-heads-N128": dict(seqlen=2048, nheads=128, dstate=128, chunk_size=128),
     "chained-4K-64-heads-N128": dict(seqlen=4096, nheads=64, dstate=128, chunk_size=128),
+    # and by change 55: 64-column walkers one per SM, two segments, square k-tiles
+    "chained-4K-32-heads-N128": dict(seqlen=4096, nheads=32, dstate=128, chunk_size=128),
     # beyond CHAIN_SEQLEN, each walk build with change 49's latency hint
     "long-8K-32-heads-N256": dict(seqlen=8192, nheads=32, dstate=256, chunk_size=128),
     "long-8K-64-heads-N256": dict(seqlen=8192, nheads=64, dstate=256, chunk_size=128),
