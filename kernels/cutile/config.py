@@ -248,7 +248,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
       head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
       against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
-      −2.5 %) and, at latency 2, up to CHAIN_SEQLEN over chunks of 128 (change 55);
+      −2.5 %) and, at latency 2, where 64-column walkers run one per SM (below) up to twice
+      SHORT_POSITIONS (change 55);
     - at 256: for chunks up to CHUNK_KERNEL_MAX_Q with at least CHUNK_MIN_TILES output tiles,
       the chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over
       it (−6 to −11 % in all, change 32); for longer chunks with at least CB_MIN_TILES, chunk_cb
@@ -318,13 +319,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         elif q128 and not short and (fill_one_per_sm or size.seqlen <= CHAIN_SEQLEN):
             # 64-column walkers one per SM, whole chunks per step, at 6: where they fill the GPU
             # so they walk in one segment instead of several and compute_out runs unsegmented
-            # (H200, 64 heads: −14 % at 2K, −5.8 % at 8K, −2.7 % at 64K); up to CHAIN_SEQLEN at
-            # 32 heads two segments instead of eight (4K: −8.5 %; beyond, +2.7 % at 16K and +5.8 %
-            # at 64K), with compute_out's square k-tiles at two CTAs per SM (the tuner's pick at
-            # 4K/32/128: −12.4 % in all; 8K/64/128 +2.5 % over the walk alone; change 55).
+            # (H200, 64 heads: −8.4 % at 4K, −6.6 % at 8K, −2.5 % at 64K); up to CHAIN_SEQLEN at
+            # 32 heads two segments instead of eight (4K: −8.5 to −9.0 %; beyond, +2.7 % at 16K
+            # and +5.8 % at 64K). Up to twice SHORT_POSITIONS compute_out takes square k-tiles at
+            # two CTAs per SM too (the tuner's pick at 4K/32/128: −12.4 to −12.7 % in all; 2K/64
+            # −15.7 %; at 4K/64 +2.5 % and at 8K/64 +2.5 % over the walk alone; change 55).
             walk = replace(walk, state_block_n=64, state_block_q=128, state_occupancy=1)
             latency = 6
-            if size.seqlen <= CHAIN_SEQLEN:
+            if size.positions <= 2 * SHORT_POSITIONS:
                 out = {"out_occupancy": 2, "out_latency": 2}
         else:
             walk = replace(walk, state_block_n=128)

@@ -314,21 +314,22 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "chunk", "occupancy", "block_k"),
-    [(1024, 128, 2, 64), (4096, 128, 2, 64), (4096, 256, 3, 32), (8192, 128, 3, 32)],
-)
-def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems_and_chains(
-    seqlen, chunk, occupancy, block_k
+    ("seqlen", "nheads", "chunk", "occupancy", "block_k"),
+    [(1024, 32, 128, 2, 64), (4096, 32, 128, 2, 64), (4096, 32, 256, 3, 32),
+     (8192, 32, 128, 3, 32), (2048, 64, 128, 2, 64), (4096, 64, 128, 3, 32)],
+)  # fmt: skip
+def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems(
+    seqlen, nheads, chunk, occupancy, block_k
 ) -> None:
-    """Two CTAs per SM with square k-tiles for short problems, and up to CHAIN_SEQLEN over chunks
-    of 128 (change 55); three with 32-column k-tiles elsewhere."""
-    config = default_config(128, ProblemSize(1, seqlen, 32, chunk))
+    """Two CTAs per SM with square k-tiles for short problems, and with 64-column walkers one per
+    SM up to twice SHORT_POSITIONS (change 55); three with 32-column k-tiles elsewhere."""
+    config = default_config(128, ProblemSize(1, seqlen, nheads, chunk))
     assert (config.out_occupancy, config.out_block_k, config.out_heads) == (occupancy, block_k, 2)
 
 
 @pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "chunk", "walk", "out_latency"),
-    [(1, 2048, 64, 128, (64, 128, 1, 6), 2), (1, 4096, 64, 128, (64, 128, 1, 6), 2),
+    [(1, 2048, 64, 128, (64, 128, 1, 6), 2), (1, 4096, 64, 128, (64, 128, 1, 6), 4),
      (1, 8192, 64, 128, (64, 128, 1, 6), 4), (1, 65536, 64, 128, (64, 128, 1, 6), 4),
      (2, 65536, 32, 128, (64, 128, 1, 6), 4), (1, 4096, 32, 128, (64, 128, 1, 6), 2),
      (1, 8192, 32, 128, (128, 64, 2, 2), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
@@ -341,8 +342,8 @@ def test_64_column_walkers_one_per_sm_at_dstate_128_where_they_fill_the_gpu_or_c
     """Over chunks of 128, beyond short problems and below FULL_WALKERS walkers: 64-column
     walkers at one CTA per SM, whole chunks per step, at 6, where twice the walkers (batch ×
     heads) fill the GPU within one wave, so they walk in one segment, and up to CHAIN_SEQLEN
-    whatever the walkers (change 55). walk: (state columns, rows per step, walk occupancy,
-    state_latency)."""
+    whatever the walkers (change 55); compute_out's loads at 2 with them up to twice
+    SHORT_POSITIONS. walk: (state columns, rows per step, walk occupancy, state_latency)."""
     config = default_config(128, ProblemSize(batch, seqlen, nheads, chunk))
     got = (config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency)
     assert got == walk and config.out_latency == out_latency
