@@ -235,9 +235,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
     one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at
     64K/128/128, change 36); from 256 on one segment (the walkers already fill the GPU, and the
-    segment correction would cost compute_out ~14 %), with 128 state columns per CTA at one CTA per
-    SM where such walkers fit in one wave and fill the GPU or the problem is short, 128 at two per
-    SM where 64 would need a second wave, and 64 otherwise.
+    segment correction would cost compute_out ~14 %), over chunks of 128 with 64 state columns per
+    CTA at one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change
+    56); otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one
+    wave and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second
+    wave, and 64 otherwise.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -346,7 +348,16 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     # at two per SM (128 heads: −0.1 to −1.3 %); 2 for 64-column ones over 128 (32 heads: −0.9
     # to −2.0 %). Up to CHAIN_SEQLEN over chunks of 256 the one-per-SM build at 4 spills 48 B and
     # 2's does not: −7.2 % at 1K-2K/32/256, −4.9 to −6.3 % at 1K-4K/64/256 (change 50).
-    if size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
+    if q128 and FULL_WALKERS <= 4 * walkers <= WAVE_WALKERS // 2:
+        # 64-column walkers that fill the GPU one per SM run so, whole chunks per step, at 6
+        # (H200, 32 heads over chunks of 128: −10.6 % at 1K, −12.8 % at 2K, −5.2 % at 4K, −2.3 %
+        # at 8K, −3.9 % at 16K, −4.6 % at 32K, −4.9 to −5.1 % at 64K; over chunks of 256 +3.8 %
+        # at 16K; change 56), with PDL only for short problems, as at two per SM (below).
+        walk = replace(
+            walk, state_block_n=64, state_block_q=128, state_occupancy=1, state_latency=6,
+            dependent_launch=walk.dependent_launch if short else 0,
+        )  # fmt: skip
+    elif size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
         latency = 8 if long else 4 if q128 else 2
         walk = replace(walk, state_block_n=128, state_occupancy=1, state_latency=latency)
     elif walkers * 4 > WAVE_WALKERS:  # of 64 columns

@@ -186,6 +186,29 @@ def test_walker_width_at_dstate_256_by_walkers_and_waves(batch, seqlen, nheads, 
 
 
 @pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk", "walk"),
+    [(1, 1024, 32, 128, (64, 128, 1, 6, 1)), (1, 4096, 32, 128, (64, 128, 1, 6, 0)),
+     (1, 65536, 32, 128, (64, 128, 1, 6, 0)), (1, 65536, 33, 128, (64, 128, 1, 6, 0)),
+     (2, 65536, 16, 128, (64, 128, 1, 6, 0)), (1, 65536, 34, 128, (64, 256, 2, 2, 0)),
+     (1, 65536, 31, 128, (64, 256, 2, 2, 0)), (1, 4096, 64, 128, (128, 256, 1, 4, 1)),
+     (1, 65536, 32, 256, (64, 256, 2, 4, 0)), (1, 1024, 32, 256, (128, 256, 1, 2, 1))],
+)  # fmt: skip
+def test_64_column_walkers_that_fill_the_gpu_run_one_per_sm_at_dstate_256(
+    batch, seqlen, nheads, chunk, walk
+) -> None:
+    """Over chunks of 128, where batch × heads × 4 walkers of 64 state columns fill the GPU
+    (FULL_WALKERS) within one wave at one per SM (WAVE_WALKERS // 2), they run so, whole chunks
+    per step, at 6, chained by PDL only for short problems (change 56). walk: (state columns,
+    rows per step, walk occupancy, state_latency, dependent_launch)."""
+    config = default_config(256, ProblemSize(batch, seqlen, nheads, chunk))
+    got = (
+        config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency,
+        config.dependent_launch,
+    )  # fmt: skip
+    assert got == walk
+
+
+@pytest.mark.parametrize(
     ("seqlen", "nheads", "chunk", "walk"),
     [(1024, 32, 128, (1, 128, 128, 1)), (1024, 64, 128, (1, 128, 128, 1)),
      (1024, 128, 128, (1, 64, 128, 2)), (1024, 32, 256, (1, 64, 128, 2)),
@@ -290,7 +313,8 @@ def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
 @pytest.mark.parametrize(
     ("dstate", "nheads", "chunk", "latencies"),
     [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
-     (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (4, 4, 2, 2)), (256, 32, 256, (2, 4, 4, 4)),
+     (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (6, 6, 6, 6)), (256, 32, 256, (2, 4, 4, 4)),
+     (256, 31, 128, (4, 4, 2, 2)),
      (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (6, 6, 6, 6)),
      (128, 32, 128, (2, 6, 2, 2)), (128, 64, 256, (2, 2, 2, 2)),
      (64, 128, 128, (6, 6, 6, 6)), (64, 64, 128, (4, 4, 4, 4))],
@@ -299,9 +323,10 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     dstate, nheads, chunk, latencies
 ) -> None:
     """Beyond CHAIN_SEQLEN the one-per-SM 128-column walkers at dstate 256 take 8; over chunks of
-    128 also those at two per SM, the 64-column ones take 2, and the one-per-SM walkers at dstate
-    128 take 6 (change 49; over chunks of 256 the last two lost), and so do dstate 128's
-    64-column ones at one per SM (change 55: 64 heads, and 32 up to CHAIN_SEQLEN). Up to
+    128 also those at two per SM, the 64-column ones at two per SM take 2, and the one-per-SM
+    walkers at dstate 128 take 6 (change 49; over chunks of 256 the last two lost), and so do the
+    64-column ones at one per SM at dstate 128 (change 55: 64 heads, and 32 up to CHAIN_SEQLEN)
+    and at 256 (change 56: 32 heads, at every length). Up to
     CHAIN_SEQLEN those at dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over
     chunks of 256 (change 50). At dstate 64 the one-per-SM walkers take 6 at every length
     (change 53), the others the knobs' default. latencies: state_latency at 2K, 4K, 8K and
