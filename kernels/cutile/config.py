@@ -325,7 +325,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # 32 heads two segments instead of eight (4K: −8.5 to −9.0 %; beyond, +2.7 % at 16K
             # and +5.8 % at 64K). Up to twice SHORT_POSITIONS compute_out takes square k-tiles at
             # two CTAs per SM too (the tuner's pick at 4K/32/128: −12.4 to −12.7 % in all; 2K/64
-            # −15.7 %; at 4K/64 +2.5 % and at 8K/64 +2.5 % over the walk alone; change 55).
+            # −15.7 %; at 4K/64 +2.5 % and at 8K/64 +2.6 % over the walk alone; change 55).
             walk = replace(walk, state_block_n=64, state_block_q=128, state_occupancy=1)
             latency = 6
             if size.positions <= 2 * SHORT_POSITIONS:
@@ -350,7 +350,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     # 2's does not: −7.2 % at 1K-2K/32/256, −4.9 to −6.3 % at 1K-4K/64/256 (change 50).
     if q128 and FULL_WALKERS <= 4 * walkers <= WAVE_WALKERS // 2:
         # 64-column walkers that fill the GPU one per SM run so, whole chunks per step, at 6
-        # (H200, 32 heads over chunks of 128: −10.6 % at 1K, −12.8 % at 2K, −5.2 % at 4K, −2.3 %
+        # (H200, 32 heads over chunks of 128: −10.6 % at 1K, −12.7 % at 2K, −5.3 % at 4K, −2.4 %
         # at 8K, −3.9 % at 16K, −4.6 % at 32K, −4.9 to −5.1 % at 64K; over chunks of 256 +3.8 %
         # at 16K; change 56), with PDL only for short problems, as at two per SM (below).
         walk = replace(
