@@ -326,11 +326,10 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     128 also those at two per SM, the 64-column ones at two per SM take 2, and the one-per-SM
     walkers at dstate 128 take 6 (change 49; over chunks of 256 the last two lost), and so do the
     64-column ones at one per SM at dstate 128 (change 55: 64 heads, and 32 up to CHAIN_SEQLEN)
-    and at 256 (change 56: 32 heads, at every length). Up to
-    CHAIN_SEQLEN those at dstate 128 take 6 too over chunks of 128, and those at 256 take 2 over
-    chunks of 256 (change 50). At dstate 64 the one-per-SM walkers take 6 at every length
-    (change 53), the others the knobs' default. latencies: state_latency at 2K, 4K, 8K and
-    64K."""
+    and at 256 (change 56: 32 heads, at every length). Up to CHAIN_SEQLEN those at dstate 128
+    take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change 50). At
+    dstate 64 the one-per-SM walkers take 6 at every length (change 53), the others the knobs'
+    default. latencies: state_latency at 2K, 4K, 8K and 64K."""
     got = tuple(
         default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
         for seqlen in (2048, 4096, 8192, 65536)
