@@ -227,9 +227,9 @@ def compute_out_kernel(
     # With RANK1 and TM = TK the one k-tile left is the block's own rows, whose x D·x needs too:
     # peeled out of the loop, those rows are loaded once (H200: −3 to −9 % in all with segments
     # or pairs of heads, −1 % over chunks of four blocks). Unsegmented single heads over chunks
-    # of two blocks lost, for reasons not known (128 heads, dstate 64: +3 to +7 % from 2K to 64K,
-    # where the build's shared memory fell from 52.4 to 34.4 KB; change 54), so they load the
-    # rows twice.
+    # of two blocks lost (128 heads, dstate 64: +3 to +7 % from 2K to 64K; change 54), so they
+    # load the rows twice: under Nsight Compute both builds run four CTAs per SM there, and the
+    # peeled one waits on the diagonal's x tile (docs/performance.md, "After v27").
     peel = RANK1 and TM == TK and (SEGMENTED or HB == 2 or Q > 2 * TM)
     end = diagonal + TM // TK
     if peel:

@@ -355,7 +355,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         # at 16K; change 56), with PDL only for short problems, as at two per SM (below).
         walk = replace(
             walk, state_block_n=64, state_block_q=128, state_occupancy=1, state_latency=6,
-            dependent_launch=walk.dependent_launch if short else 0,
+            dependent_launch=short,
         )  # fmt: skip
     elif size is not None and wide <= WAVE_WALKERS // 2 and (short or wide >= FULL_WALKERS):
         latency = 8 if long else 4 if q128 else 2
