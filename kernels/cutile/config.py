@@ -332,7 +332,16 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
                 out = {"out_occupancy": 2, "out_latency": 2}
         else:
             walk = replace(walk, state_block_n=128)
-        if short and not (size.seqlen <= SHORT_WALK and size.chunk_size > 128):
+        if short and q128:
+            # Short walks over chunks of 128 take 64-column walkers at one CTA per SM, in one
+            # segment, whole chunks per step, and compute_out's x loads at 6: the tuner's pick at
+            # 1K/32/128 (H200: −11.1 % in all; its walk 11 → 8 µs; at 1K/64/128 −7.9 %, at
+            # 2K/32/128 −5.9 %; change 57).
+            walk = replace(
+                walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
+            )
+            out["out_latency"] = 6
+        elif short and size.seqlen > SHORT_WALK:
             # Short walks of 128 columns at one CTA per SM (up to 255 registers) beat two per
             # SM's (H200, chunk 128: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128,
             # −1.4 % at 1K/32/128; at 1K/128/128, not short, +3.6 %; change 40), but not one

@@ -81,6 +81,10 @@ CASES = {
     "chained-4K-64-heads-N128": dict(seqlen=4096, nheads=64, dstate=128, chunk_size=128),
     # and by change 55: 64-column walkers one per SM, two segments, square k-tiles
     "chained-4K-32-heads-N128": dict(seqlen=4096, nheads=32, dstate=128, chunk_size=128),
+    # short over chunks of 128: one segment of 64-column walkers one per SM (change 57), ragged
+    "short-N128-Q128-one-segment": dict(
+        seqlen=2000, nheads=16, dstate=128, chunk_size=128, has_initial_states=True
+    ),
     # beyond CHAIN_SEQLEN, each walk build with change 49's latency hint
     "long-8K-32-heads-N256": dict(seqlen=8192, nheads=32, dstate=256, chunk_size=128),
     "long-8K-64-heads-N256": dict(seqlen=8192, nheads=64, dstate=256, chunk_size=128),
