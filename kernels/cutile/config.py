@@ -228,8 +228,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     fewer up to 2 * SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill
     the GPU one per SM running so, with plain stores at latency 6 (change 53); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
-    SHORT_WALK, and for short problems 128 columns at one CTA per SM (change 40; in one segment
-    only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all at
+    SHORT_WALK, and for short problems over chunks up to 128 one segment of 64 columns at one CTA
+    per SM taking whole chunks (change 57), over longer chunks beyond SHORT_WALK 128 columns at one
+    per SM (change 40; change 47), with its loads at latency 2 (−1.5 % in all at
     64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking whole
     chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
     CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
@@ -334,13 +335,13 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             walk = replace(walk, state_block_n=128)
         if short and q128:
             # Short walks over chunks of 128 take 64-column walkers at one CTA per SM, in one
-            # segment, whole chunks per step, and compute_out's x loads at 6: the tuner's pick at
-            # 1K/32/128 (H200: −11.1 % in all; its walk 11 → 8 µs; at 1K/64/128 −7.9 %, at
-            # 2K/32/128 −5.9 %; change 57).
+            # segment, whole chunks per step: the walk of the tuner's pick at 1K/32/128 (H200,
+            # against 128-column walkers one per SM: −10.7 % in all at 1K/32/128, the walk 11 →
+            # 8 µs; −8.4 % at 1K/64/128; −6.7 % at 2K/32/128, one segment instead of two and no
+            # segment_scan). The pick's compute_out latency 6 added nothing (change 57).
             walk = replace(
                 walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
             )
-            out["out_latency"] = 6
         elif short and size.seqlen > SHORT_WALK:
             # Short walks of 128 columns at one CTA per SM (up to 255 registers) beat two per
             # SM's (H200, chunk 128: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128,

@@ -210,24 +210,22 @@ def test_64_column_walkers_that_fill_the_gpu_run_one_per_sm_at_dstate_256(
 
 @pytest.mark.parametrize(
     ("seqlen", "nheads", "chunk", "walk"),
-    [(1024, 32, 128, (1, 64, 128, 1, 6)), (1024, 64, 128, (1, 64, 128, 1, 6)),
-     (2048, 32, 128, (1, 64, 128, 1, 6)), (1024, 128, 128, (1, 64, 128, 2, 4)),
-     (1024, 32, 256, (1, 64, 128, 2, 4)), (1024, 64, 256, (1, 64, 128, 2, 4)),
-     (2048, 32, 256, (0, 128, 64, 1, 4)), (2048, 64, 256, (0, 128, 64, 2, 4)),
-     (65536, 32, 128, (0, 128, 64, 2, 4)), (None, 32, 128, (0, 128, 64, 2, 4))],
+    [(1024, 32, 128, (1, 64, 128, 1)), (1024, 64, 128, (1, 64, 128, 1)),
+     (2048, 32, 128, (1, 64, 128, 1)), (1024, 128, 128, (1, 64, 128, 2)),
+     (1024, 32, 256, (1, 64, 128, 2)), (1024, 64, 256, (1, 64, 128, 2)),
+     (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 256, (0, 128, 64, 2)),
+     (65536, 32, 128, (0, 128, 64, 2)), (None, 32, 128, (0, 128, 64, 2))],
 )  # fmt: skip
 def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
     """Up to SHORT_WALK positions one segment taking 128 rows per step, of 64-column walkers at two
     CTAs per SM; short problems (SHORT_POSITIONS) over chunks up to 128 one segment of 64-column
-    walkers at one per SM, compute_out's loads at 6 (change 57), and over longer chunks beyond
-    SHORT_WALK 128-column walkers at one per SM; longer walks of fewer than FULL_WALKERS walkers
-    are split into segments. walk: (segments, state columns, rows per step, walk occupancy,
-    compute_out's latency)."""
+    walkers at one per SM (change 57), and over longer chunks beyond SHORT_WALK 128-column walkers
+    at one per SM; longer walks of fewer than FULL_WALKERS walkers are split into segments.
+    walk: (segments, state columns, rows per step, walk occupancy)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     config = default_config(128, size)
     assert (
-        config.state_segments, config.state_block_n, config.state_block_q, config.state_occupancy,
-        config.out_latency,
+        config.state_segments, config.state_block_n, config.state_block_q, config.state_occupancy
     ) == walk  # fmt: skip
 
 
@@ -360,7 +358,7 @@ def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems(
      (1, 8192, 64, 128, (64, 128, 1, 6), 4), (1, 65536, 64, 128, (64, 128, 1, 6), 4),
      (2, 65536, 32, 128, (64, 128, 1, 6), 4), (1, 4096, 32, 128, (64, 128, 1, 6), 2),
      (1, 8192, 32, 128, (128, 64, 2, 2), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
-     (1, 4096, 32, 256, (128, 64, 2, 2), 4), (1, 2048, 32, 128, (128, 64, 1, 2), 4),
+     (1, 4096, 32, 256, (128, 64, 2, 2), 4), (1, 2048, 32, 256, (128, 64, 1, 2), 4),
      (1, 65536, 96, 128, (128, 64, 2, 2), 4)],
 )  # fmt: skip
 def test_64_column_walkers_one_per_sm_at_dstate_128_where_they_fill_the_gpu_or_chains(
