@@ -336,8 +336,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         if short and q128:
             # Short walks over chunks of 128 take 64-column walkers at one CTA per SM, in one
             # segment, whole chunks per step: the walk of the tuner's pick at 1K/32/128 (H200,
-            # against 128-column walkers one per SM: −10.7 % in all at 1K/32/128, the walk 11 →
-            # 8 µs; −8.4 % at 1K/64/128; −6.7 % at 2K/32/128, one segment instead of two and no
+            # against 128-column walkers one per SM: −11.0 % in all at 1K/32/128, the walk 11 →
+            # 8 µs; −8.3 % at 1K/64/128; −6.7 % at 2K/32/128, one segment instead of several, no
             # segment_scan). The pick's compute_out latency 6 added nothing (change 57).
             walk = replace(
                 walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
