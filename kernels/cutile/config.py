@@ -343,10 +343,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
                 walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
             )
         elif short and size.seqlen > SHORT_WALK:
-            # Short walks of 128 columns at one CTA per SM (up to 255 registers) beat two per
-            # SM's (H200, chunk 128: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128,
-            # −1.4 % at 1K/32/128; at 1K/128/128, not short, +3.6 %; change 40), but not one
-            # segment over chunks of 256 (1K/32/128 +15 %, 1K/64/128 +8 %; change 47).
+            # Over longer chunks, short walks of 128 columns at one CTA per SM (up to 255
+            # registers): they beat two per SM's (H200, measured over chunks of 128 before change
+            # 57: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128; change 40), but not
+            # in one segment (up to SHORT_WALK over chunks of 256: 1K/32/128 +15 %, 1K/64/128
+            # +8 %; change 47).
             walk = replace(walk, state_block_n=128, state_occupancy=1)
         return replace(walk, state_latency=latency, out_heads=2, out_rank1=1, **out)
     walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)
