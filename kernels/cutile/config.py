@@ -222,25 +222,25 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
     16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
     CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; with the loads' latency hint of each
-    walk build's fastest pipeline where one was measured faster than the default's (changes 49
-    and 50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole
-    chunks per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or
-    fewer up to 2 * SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill
-    the GPU one per SM running so, with plain stores at latency 6 (change 53); at 128, 128 state
-    columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to
-    SHORT_WALK, and for short problems over chunks up to 128 one segment of 64 columns at one CTA
-    per SM taking whole chunks (change 57), over longer chunks beyond SHORT_WALK 128 columns at one
-    per SM (change 40; change 47), with its loads at latency 2 (−1.5 % in all at
-    64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking whole
+    walk build's fastest pipeline where one was measured faster than the default's (changes 49 and
+    50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole chunks
+    per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or fewer up to
+    twice SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill the GPU one
+    per SM running so, with plain stores at latency 6 (change 53); at 128, 128 state columns per
+    CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK, and for
+    short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking whole
+    chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change 40; in
+    one segment only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all
+    at 64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking whole
     chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
     CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
-    one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at
-    64K/128/128, change 36); from 256 on one segment (the walkers already fill the GPU, and the
-    segment correction would cost compute_out ~14 %), over chunks of 128 with 64 state columns per
-    CTA at one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change
-    56); otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one
-    wave and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second
-    wave, and 64 otherwise.
+    one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at 64K/128/128,
+    change 36); from 256 on one segment (the walkers already fill the GPU, and the segment
+    correction would cost compute_out ~14 %), over chunks of 128 with 64 state columns per CTA at
+    one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change 56);
+    otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one wave
+    and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second wave,
+    and 64 otherwise.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -333,21 +333,21 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
                 out = {"out_occupancy": 2, "out_latency": 2}
         else:
             walk = replace(walk, state_block_n=128)
-        if short and q128:
-            # Short walks over chunks of 128 take 64-column walkers at one CTA per SM, in one
-            # segment, whole chunks per step: the walk of the tuner's pick at 1K/32/128 (H200,
-            # against 128-column walkers one per SM: −11.0 % in all at 1K/32/128, the walk 11 →
-            # 8 µs; −8.3 % at 1K/64/128; −6.7 % at 2K/32/128, one segment instead of several, no
-            # segment_scan). The pick's compute_out latency 6 added nothing (change 57).
+        if short and q128 and 2 * walkers <= WAVE_WALKERS // 2:
+            # Short walks over chunks of 128 whose 64-column walkers fit one wave at one CTA per
+            # SM run so, in one segment, whole chunks per step: the walk of the tuner's pick at
+            # 1K/32/128 (H200, against 128-column walkers one per SM: −11.0 % in all at
+            # 1K/32/128, the walk 11 → 8 µs; −8.3 % at 1K/64/128; −6.7 % at 2K/32/128, one
+            # segment instead of several, no segment_scan). The pick's compute_out latency 6
+            # added nothing (change 57).
             walk = replace(
                 walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
             )
-        elif short and size.seqlen > SHORT_WALK:
-            # Over longer chunks, short walks of 128 columns at one CTA per SM (up to 255
-            # registers): they beat two per SM's (H200, measured over chunks of 128 before change
-            # 57: −9.9 to −10.9 % at 1K/64/128, −2.5 to −3.5 % at 2K/32/128; change 40), but not
-            # in one segment (up to SHORT_WALK over chunks of 256: 1K/32/128 +15 %, 1K/64/128
-            # +8 %; change 47).
+        elif short and not (size.seqlen <= SHORT_WALK and size.chunk_size > 128):
+            # Other short walks of 128 columns at one CTA per SM (up to 255 registers) beat two
+            # per SM's (H200, chunk 128, before change 57: −9.9 to −10.9 % at 1K/64/128, −2.5 to
+            # −3.5 % at 2K/32/128; change 40), but not one segment over chunks of 256 (1K/32/128
+            # +15 %, 1K/64/128 +8 %; change 47).
             walk = replace(walk, state_block_n=128, state_occupancy=1)
         return replace(walk, state_latency=latency, out_heads=2, out_rank1=1, **out)
     walk = replace(walk, state_block_n=64, state_block_q=256, state_segments=1)

@@ -214,13 +214,15 @@ def test_64_column_walkers_that_fill_the_gpu_run_one_per_sm_at_dstate_256(
      (2048, 32, 128, (1, 64, 128, 1)), (1024, 128, 128, (1, 64, 128, 2)),
      (1024, 32, 256, (1, 64, 128, 2)), (1024, 64, 256, (1, 64, 128, 2)),
      (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 256, (0, 128, 64, 2)),
-     (65536, 32, 128, (0, 128, 64, 2)), (None, 32, 128, (0, 128, 64, 2))],
+     (512, 128, 128, (1, 128, 128, 1)), (65536, 32, 128, (0, 128, 64, 2)),
+     (None, 32, 128, (0, 128, 64, 2))],
 )  # fmt: skip
 def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
     """Up to SHORT_WALK positions one segment taking 128 rows per step, of 64-column walkers at two
     CTAs per SM; short problems (SHORT_POSITIONS) over chunks up to 128 one segment of 64-column
-    walkers at one per SM (change 57), and over longer chunks beyond SHORT_WALK 128-column walkers
-    at one per SM; longer walks of fewer than FULL_WALKERS walkers are split into segments.
+    walkers at one per SM where they fit one wave (change 57), other short problems 128-column
+    walkers at one per SM, beyond SHORT_WALK over longer chunks; longer walks of fewer than
+    FULL_WALKERS walkers are split into segments.
     walk: (segments, state columns, rows per step, walk occupancy)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     config = default_config(128, size)
