@@ -221,7 +221,7 @@ def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
     """Up to SHORT_WALK positions one segment taking 128 rows per step, of 64-column walkers at two
     CTAs per SM; short problems (SHORT_POSITIONS) over chunks up to 128 one segment of 64-column
     walkers at one per SM where they fit one wave (change 57), other short problems 128-column
-    walkers at one per SM, beyond SHORT_WALK over longer chunks; longer walks of fewer than
+    walkers at one per SM (over longer chunks only beyond SHORT_WALK); longer walks of fewer than
     FULL_WALKERS walkers are split into segments.
     walk: (segments, state columns, rows per step, walk occupancy)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
