@@ -225,9 +225,10 @@ def compute_out_kernel(
     # With RANK1 and TM = TK the one k-tile left is the block's own rows, whose x D·x needs too:
     # peeled out of the loop, those rows are loaded once (H200: −3 to −9 % in all with segments
     # or pairs of heads, −1 % over chunks of four blocks). Unsegmented single heads over chunks
-    # of two blocks lost (128 heads, dstate 64: +3 to +7 % from 2K to 64K; change 54), so they
-    # load the rows twice: under Nsight Compute both builds run four CTAs per SM there, and the
-    # peeled one waits on the diagonal's x tile (docs/performance.md, "After v27").
+    # of two blocks lost (128 heads, dstate 64: +3 to +7 % from 2K to 64K; change 54): under
+    # Nsight Compute both builds run four CTAs per SM there, and the peeled one waits on the
+    # diagonal's x tile (docs/performance.md, "After v27"). With the x rows first (below) they
+    # are level with the unpeeled code (run 127), so they still load the rows twice.
     peel = RANK1 and TM == TK and (SEGMENTED or HB == 2 or Q > 2 * TM)
     end = diagonal + TM // TK
     if peel:
