@@ -82,13 +82,14 @@ def test_measured_losses_show_as_spills_or_registers() -> None:
 def test_the_diagonal_k_tile_loads_its_x_once() -> None:
     """With the row factor below the diagonal and square k-tiles (dstate 64's default), the
     diagonal tile is peeled out of compute_out's k-loop so that its x rows serve D·x too (over
-    chunks of four blocks, or with segments or pairs of heads): at 64K/128/64 over chunks of 256
-    the build keeps 34.4 KB of shared memory, at the same 64 registers, against 52.4 KB over
-    chunks of 128, where the rows are loaded twice."""
+    chunks of four blocks, or with segments or pairs of heads), a single head's rows requested
+    before its C·Bᵀ tile (change 58): at 64K/128/64 over chunks of 256 the build takes 42.4 KB
+    of shared memory, at the same 64 registers, against 52.4 KB over chunks of 128, where the
+    rows are loaded twice."""
     peeled = _launched("65536:128:64:256", {})
     twice = _launched("65536:128:64:128", {})
     assert peeled.local_bytes == 0 and peeled.registers <= 64
-    assert peeled.shared_bytes <= 40 * 1024 < twice.shared_bytes
+    assert peeled.shared_bytes <= 44 * 1024 < twice.shared_bytes
 
 
 @pytest.mark.slow
