@@ -226,13 +226,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole chunks
     per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or fewer up to
     twice SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill the GPU one
-    per SM running so, with plain stores at latency 6 (change 53); at 128, 128 state columns per
-    CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK, and for
-    short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking whole
-    chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change 40; in
-    one segment only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 % in all
-    at 64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking whole
-    chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
+    per SM running so, with plain stores at latency 6 (change 53), as do the other segmented walks
+    up to CHAIN_SEQLEN over chunks of 128, in half the segments (change 59); at 128, 128 state
+    columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK,
+    and for short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking
+    whole chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change
+    40; in one segment only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 %
+    in all at 64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking
+    whole chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
     CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
     one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at 64K/128/128,
     change 36); from 256 on one segment (the walkers already fill the GPU, and the segment
@@ -280,6 +281,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         dependent_launch=chained,
     )  # fmt: skip
     if dstate <= 64:
+        few_short = q128 and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
             if FULL_WALKERS <= walkers <= WAVE_WALKERS // 2:
@@ -295,7 +297,13 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
             # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
-        few_short = q128 and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
+        elif q128 and not few_short:
+            # The other segmented walks up to CHAIN_SEQLEN over chunks of 128 run one CTA per SM,
+            # which halves their segments (_segments in fwd_pass_state.py fills one wave): the
+            # tuner's pick at 4K/32/64 (H200: −3.9 to −5.3 % at 2K/64/64, −5.3 to −6.8 % at
+            # 4K/32/64; at 2K/32/64, same segments, +1.4 %; at 8K/32/64 +4.1 %, 16K/64/64
+            # +8.5 %; change 59).
+            walk = replace(walk, state_occupancy=1)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
             out_fold_segments=1, state_latency=2 if few_short else walk.state_latency,

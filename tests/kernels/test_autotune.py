@@ -264,8 +264,8 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
     """From FULL_WALKERS (batch × heads) walkers on, one segment; while they fit one per SM (132
     on an H200) they run so, with plain state stores and the loads at 6 (change 53), over chunks
     of 128 and 256; in one segment they read their weights from chunk_cumsum at every length.
-    walk: (segments, walk occupancy, TMA stores, walk latency) from 4K on."""
-    for seqlen, chunk in itertools.product((4096, 65536), (128, 256)):
+    walk: (segments, walk occupancy, TMA stores, walk latency) beyond CHAIN_SEQLEN."""
+    for seqlen, chunk in itertools.product((8192, 65536), (128, 256)):
         config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
         got = (
             config.state_segments, config.state_occupancy, config.state_store_tma,
@@ -273,6 +273,25 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
         )  # fmt: skip
         assert got == walk
         assert config.state_weights == 1 or config.state_segments != 1
+
+
+@pytest.mark.parametrize(
+    ("batch", "nheads", "chunk", "occupancy"),
+    [(1, 32, 128, (2, 2, 1, 2)), (1, 64, 128, (2, 1, 1, 2)), (2, 32, 128, (2, 1, 1, 2)),
+     (1, 32, 256, (2, 2, 2, 2)), (1, 128, 128, (1, 1, 1, 1))],
+)  # fmt: skip
+def test_segmented_dstate_64_walks_up_to_chain_seqlen_run_one_per_sm(
+    batch, nheads, chunk, occupancy
+) -> None:
+    """Over chunks of 128, the segmented dstate-64 walks beyond SHORT_WALK up to CHAIN_SEQLEN run
+    one CTA per SM, in half the segments (change 59), but the few short walkers at latency 2
+    (change 52); over chunks of 256 and beyond CHAIN_SEQLEN two per SM. The walkers that fill the
+    GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K and 8K."""
+    got = tuple(
+        default_config(64, ProblemSize(batch, seqlen, nheads, chunk)).state_occupancy
+        for seqlen in (1024, 2048, 4096, 8192)
+    )
+    assert got == occupancy
 
 
 @pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])

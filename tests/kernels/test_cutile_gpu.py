@@ -95,6 +95,10 @@ CASES = {
     "walkers-one-per-sm-N64-batch2": dict(
         batch=2, seqlen=2048, nheads=64, dstate=64, chunk_size=128
     ),
+    # dstate 64's segmented walks up to CHAIN_SEQLEN one per SM (change 59), ragged
+    "segmented-N64-one-per-sm": dict(
+        seqlen=3500, nheads=32, dstate=64, chunk_size=128, has_initial_states=True
+    ),
 }
 
 
