@@ -300,9 +300,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         elif q128 and not few_short:
             # The other segmented walks up to CHAIN_SEQLEN over chunks of 128 run one CTA per SM,
             # which halves their segments (_segments in fwd_pass_state.py fills one wave): the
-            # tuner's pick at 4K/32/64 (H200: −3.9 to −5.3 % at 2K/64/64, −5.3 to −6.8 % at
-            # 4K/32/64; at 2K/32/64, same segments, +1.4 %; at 8K/32/64 +4.1 %, 16K/64/64
-            # +8.5 %; change 59).
+            # tuner's pick at 4K/32/64 (H200: −5.3 to −6.8 % at 4K/32/64, −1.9 to −5.3 % at
+            # 2K/64/64, −2.8 % at 4K/64/64; half the segments at two per SM lost at 64 heads; at
+            # 2K/32/64, same segments, +1.4 %; at 8K/32/64 +4.1 %, 16K/64/64 +8.6 %; change 59).
             walk = replace(walk, state_occupancy=1)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
