@@ -299,7 +299,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             walk = replace(walk, state_weights=0)
         elif q128 and not few_short:
             # The other segmented walks up to CHAIN_SEQLEN over chunks of 128 run one CTA per SM,
-            # which halves their segments (_segments in fwd_pass_state.py fills one wave): the
+            # which about halves their segments (_segments fills one wave of walkers): the
             # tuner's pick at 4K/32/64 (H200: −5.3 to −6.8 % at 4K/32/64, −1.9 to −5.3 % at
             # 2K/64/64, −2.8 % at 4K/64/64; half the segments at two per SM lost at 64 heads; at
             # 2K/32/64, same segments, +1.4 %; at 8K/32/64 +4.1 %, 16K/64/64 +8.6 %; change 59).
