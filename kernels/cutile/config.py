@@ -221,13 +221,15 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     left one (1.75-2.25x faster walks on the H200 than weights on B), and reads those weights from
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
     16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
-    CHAIN_SEQLEN, changes 46 and 48), with two CTAs per SM; with the loads' latency hint of each
+    CHAIN_SEQLEN, changes 46 and 48, but those up to twice it over chunks of 128, change 60), with
+    two CTAs per SM; with the loads' latency hint of each
     walk build's fastest pipeline where one was measured faster than the default's (changes 49 and
     50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole chunks
     per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or fewer up to
     twice SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill the GPU one
     per SM running so, with plain stores at latency 6 (change 53), as do the other segmented walks
-    up to CHAIN_SEQLEN over chunks of 128, in half the segments (change 59); at 128, 128 state
+    up to CHAIN_SEQLEN over chunks of 128, in half the segments (change 59), and up to twice it
+    with PDL (change 60); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK,
     and for short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking
     whole chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change
@@ -290,6 +292,17 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
                 # of 128 and −2.4 to −4.1 % over 256; the same at two per SM, in 64-row steps,
                 # +0.4 to +5.6 %; change 53).
                 walk = replace(walk, state_occupancy=1, state_store_tma=0, state_latency=6)
+        elif q128 and not few_short and size.seqlen <= 2 * CHAIN_SEQLEN:
+            # The other segmented walks up to twice CHAIN_SEQLEN over chunks of 128 run one CTA
+            # per SM, which about halves their segments (_segments fills one wave of walkers):
+            # the tuner's pick at 4K/32/64 (H200: −5.3 to −6.8 % at 4K/32/64, −1.9 to −5.3 % at
+            # 2K/64/64, −2.8 % at 4K/64/64; half the segments at two per SM lost at 64 heads; at
+            # 2K/32/64, same segments, +1.4 %; change 59). Beyond CHAIN_SEQLEN only with the
+            # weights read and PDL (8K/32/64: −5.6 %, 8K/64/64 −0.7 %, 16K/32/64 −0.8 %; one per
+            # SM alone +4.1 % at 8K/32/64, +8.6 % at 16K/64/64; change 60).
+            walk = replace(
+                walk, state_occupancy=1, dependent_launch=int(long) or walk.dependent_launch
+            )
         elif long:
             # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
             # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with
@@ -297,13 +310,6 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
             # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
-        elif q128 and not few_short:
-            # The other segmented walks up to CHAIN_SEQLEN over chunks of 128 run one CTA per SM,
-            # which about halves their segments (_segments fills one wave of walkers): the
-            # tuner's pick at 4K/32/64 (H200: −5.3 to −6.8 % at 4K/32/64, −1.9 to −5.3 % at
-            # 2K/64/64, −2.8 % at 4K/64/64; half the segments at two per SM lost at 64 heads; at
-            # 2K/32/64, same segments, +1.4 %; at 8K/32/64 +4.1 %, 16K/64/64 +8.6 %; change 59).
-            walk = replace(walk, state_occupancy=1)
         return replace(
             walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
             out_fold_segments=1, state_latency=2 if few_short else walk.state_latency,

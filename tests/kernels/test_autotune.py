@@ -138,12 +138,13 @@ def test_rank1_decay_everywhere(dstate, seqlen) -> None:
      (2, 1024, 32, (1, 1, 1)), (1, 4096, 16, (1, 1, 1)), (1, 2048, 64, (1, 1, 1)),
      (2, 2048, 32, (1, 1, 1)), (1, 1024, 128, (1, 1, 1)), (1, 2048, 128, (1, 1, 1)),
      (1, 4096, 64, (1, 1, 1)), (1, 4096, 32, (1, 1, 0)), (2, 4096, 32, (1, 1, 1)),
-     (1, 8192, 32, (0, 0, 0)), (1, 4096, 128, (0, 0, 0)), (1, 65536, 128, (0, 0, 0))],
+     (1, 16384, 32, (0, 0, 0)), (1, 4096, 128, (0, 0, 0)), (1, 65536, 128, (0, 0, 0))],
 )  # fmt: skip
 def test_launches_chained_where_launch_gaps_show(batch, seqlen, nheads, chained):
     """PDL where launch gaps are a visible share: up to SHORT_POSITIONS positions × heads, and
     sequences up to CHAIN_SEQLEN of up to CHAIN_POSITIONS except with dstate 256's 64-column
-    walkers (4K/32/256), whatever the chunk length; a problem of unknown size is a large one."""
+    walkers (4K/32/256), whatever the chunk length; a problem of unknown size is a large one.
+    (Change 60 chains some dstate-64 walks up to twice CHAIN_SEQLEN too; tested below.)"""
     for dstate, expected in zip((64, 128, 256), chained, strict=True):
         for chunk_size in (64, 256):
             size = ProblemSize(batch, seqlen, nheads, chunk_size)
@@ -264,8 +265,8 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
     """From FULL_WALKERS (batch × heads) walkers on, one segment; while they fit one per SM (132
     on an H200) they run so, with plain state stores and the loads at 6 (change 53), over chunks
     of 128 and 256; in one segment they read their weights from chunk_cumsum at every length.
-    walk: (segments, walk occupancy, TMA stores, walk latency) beyond CHAIN_SEQLEN."""
-    for seqlen, chunk in itertools.product((8192, 65536), (128, 256)):
+    walk: (segments, walk occupancy, TMA stores, walk latency) beyond twice CHAIN_SEQLEN."""
+    for seqlen, chunk in itertools.product((16384, 65536), (128, 256)):
         config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
         got = (
             config.state_segments, config.state_occupancy, config.state_store_tma,
@@ -277,21 +278,41 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
 
 @pytest.mark.parametrize(
     ("batch", "nheads", "chunk", "occupancy"),
-    [(1, 32, 128, (2, 2, 1, 2)), (1, 64, 128, (2, 1, 1, 2)), (2, 32, 128, (2, 1, 1, 2)),
-     (1, 32, 256, (2, 2, 2, 2)), (1, 128, 128, (1, 1, 1, 1))],
+    [(1, 32, 128, (2, 2, 1, 1, 2)), (1, 64, 128, (2, 1, 1, 1, 2)), (2, 32, 128, (2, 1, 1, 1, 2)),
+     (1, 32, 256, (2, 2, 2, 2, 2)), (1, 128, 128, (1, 1, 1, 1, 1))],
 )  # fmt: skip
-def test_segmented_dstate_64_walks_up_to_chain_seqlen_run_one_per_sm(
+def test_segmented_dstate_64_walks_up_to_twice_chain_seqlen_run_one_per_sm(
     batch, nheads, chunk, occupancy
 ) -> None:
     """Over chunks of 128, the segmented dstate-64 walks beyond SHORT_WALK up to CHAIN_SEQLEN run
     one CTA per SM, in half the segments (change 59), but the few short walkers at latency 2
-    (change 52); over chunks of 256 and beyond CHAIN_SEQLEN two per SM. The walkers that fill the
-    GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K and 8K."""
+    (change 52); over chunks of 256 and beyond twice CHAIN_SEQLEN two per SM. The walkers that fill
+    the GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K, 8K and
+    16K."""
     got = tuple(
         default_config(64, ProblemSize(batch, seqlen, nheads, chunk)).state_occupancy
-        for seqlen in (1024, 2048, 4096, 8192)
+        for seqlen in (1024, 2048, 4096, 8192, 16384)
     )
     assert got == occupancy
+
+
+@pytest.mark.parametrize(
+    ("nheads", "chunk", "walk"),
+    [(32, 128, ((1, 1), (1, 1), (0, 0))), (64, 128, ((1, 1), (1, 1), (0, 0))),
+     (32, 256, ((1, 1), (0, 0), (0, 0)))],
+)  # fmt: skip
+def test_segmented_dstate_64_walks_beyond_chain_seqlen_read_weights_with_pdl_up_to_twice_it(
+    nheads, chunk, walk
+) -> None:
+    """Beyond CHAIN_SEQLEN the segmented dstate-64 walks compute their weights and launch without
+    PDL (changes 46 and 48), but over chunks of 128 up to twice CHAIN_SEQLEN, where they run one
+    per SM, they read them with PDL (change 60: −5.6 % at 8K/32/64). walk: (state_weights,
+    dependent_launch) at 4K, 8K and 16K."""
+    got = []
+    for seqlen in (4096, 8192, 16384):
+        config = default_config(64, ProblemSize(1, seqlen, nheads, chunk))
+        got.append((config.state_weights, config.dependent_launch))
+    assert tuple(got) == walk
 
 
 @pytest.mark.parametrize(("dstate", "fold"), [(64, 1), (128, 0), (256, 0)])

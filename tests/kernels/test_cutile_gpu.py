@@ -99,6 +99,10 @@ CASES = {
     "segmented-N64-one-per-sm": dict(
         seqlen=3500, nheads=32, dstate=64, chunk_size=128, has_initial_states=True
     ),
+    # and beyond CHAIN_SEQLEN up to twice it, reading their weights, with PDL (change 60), ragged
+    "segmented-N64-one-per-sm-pdl": dict(
+        seqlen=7000, nheads=24, dstate=64, chunk_size=128, has_initial_states=True
+    ),
 }
 
 
