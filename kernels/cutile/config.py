@@ -222,14 +222,13 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     chunk_cumsum rather than taking an exponential per position on its serial chain (−8 % at
     16K-64K/32/256, −3.5 % at 1K/32, change 44; not the segmented walks at dstate 64 beyond
     CHAIN_SEQLEN, changes 46 and 48, but those up to twice it over chunks of 128, change 60), with
-    two CTAs per SM; with the loads' latency hint of each
-    walk build's fastest pipeline where one was measured faster than the default's (changes 49 and
-    50, beyond CHAIN_SEQLEN and at some shorter walks, most over chunks of 128 only); whole chunks
-    per mma step up to dstate 64, in one segment up to SHORT_WALK, with FEW_WALKERS or fewer up to
-    twice SHORT_WALK over chunks of 128 at latency 2 (change 52), and walkers that fill the GPU one
-    per SM running so, with plain stores at latency 6 (change 53), as do the other segmented walks
-    up to CHAIN_SEQLEN over chunks of 128, in half the segments (change 59), and up to twice it
-    with PDL (change 60); at 128, 128 state
+    two CTAs per SM; with the loads' latency hint of each walk build's fastest pipeline where one
+    was measured faster than the default's (changes 49 and 50, beyond CHAIN_SEQLEN and at some
+    shorter walks, most over chunks of 128 only); whole chunks per mma step up to dstate 64, in one
+    segment up to SHORT_WALK, with FEW_WALKERS or fewer up to twice SHORT_WALK over chunks of 128 at
+    latency 2 (change 52), and walkers that fill the GPU one per SM running so, with plain stores at
+    latency 6 (change 53), as do the other segmented walks up to CHAIN_SEQLEN over chunks of 128, in
+    half the segments (change 59), and up to twice it with PDL (change 60); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK,
     and for short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking
     whole chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change

@@ -284,11 +284,11 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
 def test_segmented_dstate_64_walks_up_to_twice_chain_seqlen_run_one_per_sm(
     batch, nheads, chunk, occupancy
 ) -> None:
-    """Over chunks of 128, the segmented dstate-64 walks beyond SHORT_WALK up to CHAIN_SEQLEN run
-    one CTA per SM, in half the segments (change 59), but the few short walkers at latency 2
-    (change 52); over chunks of 256 and beyond twice CHAIN_SEQLEN two per SM. The walkers that fill
-    the GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K, 8K and
-    16K."""
+    """Over chunks of 128, the segmented dstate-64 walks beyond SHORT_WALK up to twice CHAIN_SEQLEN
+    run one CTA per SM, in half the segments (changes 59 and 60), but the few short walkers at
+    latency 2 (change 52); over chunks of 256 and beyond twice CHAIN_SEQLEN two per SM. The walkers
+    that fill the GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K,
+    8K and 16K."""
     got = tuple(
         default_config(64, ProblemSize(batch, seqlen, nheads, chunk)).state_occupancy
         for seqlen in (1024, 2048, 4096, 8192, 16384)
