@@ -299,9 +299,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # 2K/32/64, same segments, +1.4 %; change 59). Beyond CHAIN_SEQLEN only with the
             # weights read and PDL (8K/32/64: −5.6 %, 8K/64/64 −0.7 %, 16K/32/64 −0.8 %; one per
             # SM alone +4.1 % at 8K/32/64, +8.6 % at 16K/64/64; change 60).
-            walk = replace(
-                walk, state_occupancy=1, dependent_launch=int(long) or walk.dependent_launch
-            )
+            walk = replace(walk, state_occupancy=1, dependent_launch=1 if long else chained)
         elif long:
             # Long segmented walks here are not bound by their chain, so chunk_cumsum's third
             # output costs more than it saves (H200, chunk 128: −0.4 to −1.2 % at 32K-64K with
