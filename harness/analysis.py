@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from harness import stats
+from harness.environment import IDLE_REASON, reading
 from harness.problem import SHAPE_FIELDS
 
 #: Columns that describe a point (its key and shape); carried unchanged into every table.
@@ -148,31 +149,24 @@ CLOCK_FIELDS = {
     "power.draw": "power_w",
     "clocks_throttle_reasons.active": "reasons",
 }
-#: The reasons bit that only says the GPU is idle (as it may be the moment timing ends).
-IDLE_REASON = 0x1
-
-
-def _number(text: object) -> float:
-    """nvidia-smi's reading as a number (hex masks included); NaN for "[N/A]" and the like."""
-    try:
-        return float(int(text, 16)) if str(text).startswith("0x") else float(text)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def gpu_clocks(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (point, mode, worker) with the GPU's state read as that mode's timing ended:
     sm_mhz, temperature_c, power_w, reasons (nvidia-smi's mask of clock-limiting reasons) and
-    held (a reason other than idleness active). Rows without a reading (runs before the column,
-    or off CUDA) are left out."""
-    columns = ["point", "mode", "worker", *CLOCK_FIELDS.values()]
+    held (a reason other than idleness active), and timings (how many times the mode was timed
+    there, the reading being the last's; NaN in runs before the column). Rows without a reading
+    (runs before the column, or off CUDA) are left out."""
+    columns = ["point", "mode", "worker", *CLOCK_FIELDS.values(), "timings"]
     if "gpu_clocks" not in df.columns:
         return pd.DataFrame(columns=columns)
     read = df[df["gpu_clocks"].notna()].drop_duplicates(["point", "mode", "worker"])
     rows = []
     for r in read.itertuples(index=False):
         state = json.loads(r.gpu_clocks)
-        rows.append([r.point, r.mode, r.worker, *(_number(state.get(k)) for k in CLOCK_FIELDS)])
+        timings = getattr(r, "timings", math.nan)
+        rows.append([r.point, r.mode, r.worker, *(reading(state.get(k)) for k in CLOCK_FIELDS),
+                     math.nan if pd.isna(timings) else timings])  # fmt: skip
     table = pd.DataFrame(rows, columns=columns)
     reasons = table["reasons"].fillna(0).astype("int64")
     return table.assign(held=(reasons & ~IDLE_REASON) != 0)

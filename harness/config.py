@@ -83,7 +83,14 @@ class ChunkPolicy(Enum):
 
 #: Settings added after runs were recorded, with the value those runs had; a resumed run and the
 #: gate read a missing key as this value.
-LEGACY_SETTINGS: dict[str, object] = {"chunk_policy": ChunkPolicy.fixed.value}
+LEGACY_SETTINGS: dict[str, object] = {
+    "chunk_policy": ChunkPolicy.fixed.value,
+    # Runs before re-timing never re-timed; the floor and the cooldown then had no effect, so
+    # they read as today's defaults.
+    "timing.held_retimes": 0,
+    "timing.held_floor": 0.95,
+    "timing.held_cooldown_s": 10.0,
+}
 
 
 @dataclass
@@ -113,11 +120,22 @@ class SweepConfig:
 
 @dataclass
 class TimingConfig(TimingPolicy):
-    """Timing modes, L2 state and the stopping rule (fields of TimingPolicy)."""
+    """Timing modes, L2 state, the stopping rule (fields of TimingPolicy) and what to do when the
+    GPU's clock was held down as a mode's timing ended.
+
+    A held clock (a clock-limiting reason other than idleness active, such as the power cap, and
+    the SM clock below held_floor of its max, read by nvidia-smi as the timing ends) times the
+    clock, not the code: the mode is timed again, all its providers together, after
+    held_cooldown_s idle, up to held_retimes times. The last timing is kept; the rows record how
+    many there were (`timings`) and the clock read after the last.
+    """
 
     modes: list[Mode] = field(default_factory=lambda: list(Mode))
     l2: L2 = L2.cold
     flush_mib: int = 512  # zeroed before every rep with a cold L2; at least twice the L2 is used
+    held_retimes: int = 2
+    held_floor: float = 0.95
+    held_cooldown_s: float = 10.0
 
 
 @dataclass
@@ -237,6 +255,9 @@ def validate(cfg: BenchConfig) -> list[Problem]:
     _check(0 < t.ci_target < 1, f"timing.ci_target must be in (0, 1), got {t.ci_target}")
     _check(t.kernels_batch >= 1, f"timing.kernels_batch must be >= 1, got {t.kernels_batch}")
     _check(t.flush_mib >= 0, f"timing.flush_mib must be >= 0, got {t.flush_mib}")
+    _check(t.held_retimes >= 0, f"timing.held_retimes must be >= 0, got {t.held_retimes}")
+    _check(0 < t.held_floor <= 1, f"timing.held_floor must be in (0, 1], got {t.held_floor}")
+    _check(t.held_cooldown_s >= 0, f"timing.held_cooldown_s must be >= 0, got {t.held_cooldown_s}")
     names = cfg.providers.names
     _check(bool(names), "providers.names must name at least one provider")
     _check(len(set(names)) == len(names), f"providers.names has duplicates: {names}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import math
 import os
 import platform
 import re
@@ -124,6 +125,33 @@ def clocks(index: int | None) -> dict[str, str] | None:
         return None
     values = [v.strip() for v in out.splitlines()[0].split(",")]
     return dict(zip(_SMI_CLOCKS, values, strict=True)) if len(values) == len(_SMI_CLOCKS) else None
+
+
+#: The reasons bit that only says the GPU is idle (as it may be the moment timing ends).
+IDLE_REASON = 0x1
+
+
+def reading(text: object) -> float:
+    """One nvidia-smi field as a number (hex masks included); NaN for "[N/A]" and the like."""
+    try:
+        return float(int(text, 16)) if str(text).startswith("0x") else float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def held_clock(state: dict | None, floor: float) -> str | None:
+    """Why a `clocks()` reading shows the SM clock held down ("1785 of 1980 MHz, reasons 0x4"):
+    a clock-limiting reason other than idleness active and the SM clock below `floor` of its
+    max. None when it does not, or when the reading lacks a field."""
+    if not state:
+        return None
+    fields = ("clocks.sm", "clocks.max.sm", "clocks_throttle_reasons.active")
+    sm, top, reasons = (reading(state.get(k)) for k in fields)
+    if math.isnan(sm) or math.isnan(top) or math.isnan(reasons):
+        return None
+    if int(reasons) & ~IDLE_REASON == 0 or sm >= floor * top:
+        return None
+    return f"{sm:.0f} of {top:.0f} MHz, reasons {int(reasons):#x}"
 
 
 def driver_version() -> str | None:

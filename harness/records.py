@@ -36,11 +36,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 2
-#: Versions this code reads. Version 2 added the columns of ADDED_COLUMNS; tables written before
-#: read with them null, and no other column may be missing.
-READABLE_VERSIONS = (1, 2)
-ADDED_COLUMNS = ("gpu_clocks",)
+SCHEMA_VERSION = 3
+#: Versions this code reads. Version 2 added gpu_clocks, version 3 timings (ADDED_COLUMNS); tables
+#: written before read with them null, and no other column may be missing.
+READABLE_VERSIONS = (1, 2, 3)
+ADDED_COLUMNS = ("gpu_clocks", "timings")
 META_KEY = b"ssdbench"
 META_FILE = "meta.json"
 RESULTS_FILE = "results.parquet"
@@ -89,6 +89,7 @@ COLUMNS: dict[str, pa.DataType] = {
     "gpu_name": _STR,
     "device_index": _INT,
     "gpu_clocks": _STR,
+    "timings": _INT,
     "worker": _STR,
     "seed": _INT,
     "timestamp": _STR,

@@ -281,15 +281,19 @@ def clocks_section(df: pd.DataFrame) -> str:
         rows.append((
             mode, len(m), f"{sm.min():.0f} / {sm.median():.0f} / {sm.max():.0f}",
             f"{m['temperature_c'].max():.0f}", f"{m['power_w'].max():.0f}",
-            int(m["held"].sum()),
+            int(m["held"].sum()), int((m["timings"] > 1).sum()),
         ))  # fmt: skip
     text = (
         f"{title}\n\nRead by nvidia-smi as each mode's timing of a point ended (the providers "
         'of a point are timed interleaved, so they share one reading). "held" counts readings '
         "with a clock-limiting reason other than idleness active (power, thermal, "
-        "slowdown).\n\n"
+        'slowdown). "re-timed" counts points whose mode was timed again because the clock was '
+        "held down after a timing (timing.held_retimes; the rows keep the last timing and its "
+        "reading, and the number of timings in `timings`).\n\n"
     )
-    header = ("mode", "readings", "SM MHz min / median / max", "max °C", "max W", "held")
+    header = (
+        "mode", "readings", "SM MHz min / median / max", "max °C", "max W", "held", "re-timed"
+    )  # fmt: skip
     text += markdown.table(header, rows)
     floor = SLOW_CLOCK * read["sm_mhz"].max()
     slow = read[read["sm_mhz"] < floor].sort_values(["mode", "sm_mhz"])

@@ -120,6 +120,7 @@ def _row(
         "gpu_name": gpu,
         "device_index": 0,
         "gpu_clocks": None,
+        "timings": 1,
         "worker": "synthetic:0",
         "seed": seed,
         "timestamp": "2026-11-29T12:00:00+00:00",

@@ -78,3 +78,19 @@ def test_clocks_read_every_queried_field_or_nothing(monkeypatch: pytest.MonkeyPa
     line = "1980, 3201, 1980, 3201, 41, 612.35"
     assert environment.clocks(0) is None
     assert environment.clocks(None) is None
+
+
+def _reading(sm: str, reasons: str, top: str = "1980") -> dict[str, str]:
+    return {"clocks.sm": sm, "clocks.max.sm": top, "clocks_throttle_reasons.active": reasons}
+
+
+def test_a_held_clock_is_a_limiting_reason_and_a_clock_below_the_floor() -> None:
+    held = environment.held_clock
+    assert held(_reading("1785", "0x0000000000000004"), 0.95) == "1785 of 1980 MHz, reasons 0x4"
+    assert held(_reading("1920", "0x0000000000000004"), 0.95) is None  # capped, 97 % of max
+    assert held(_reading("1785", "0x0000000000000004"), 0.90) is None
+    assert held(_reading("345", "0x0000000000000001"), 0.95) is None  # idle only
+    assert held(_reading("1785", "0x0000000000000000"), 0.95) is None
+    assert held(_reading("1785", "[N/A]"), 0.95) is None
+    assert held({"clocks.sm": "1785"}, 0.95) is None
+    assert held(None, 0.95) is None

@@ -158,18 +158,23 @@ def test_error_message_is_one_line() -> None:
     assert re.fullmatch(r"[^\n]*", records.error_message(ValueError("a\nb")))
 
 
-def test_a_version_1_run_reads_with_gpu_clocks_null(run_dir: Path) -> None:
-    """Runs written before the gpu_clocks column: parts and results files alike."""
-    old = pa.Table.from_pylist(modes()).drop_columns(["gpu_clocks"])
+@pytest.mark.parametrize(
+    "lacking", [["gpu_clocks", "timings"], ["timings"]], ids=["version-1", "version-2"]
+)
+def test_an_older_run_reads_with_the_columns_added_since_null(
+    run_dir: Path, lacking: list[str]
+) -> None:
+    """Runs written before the gpu_clocks or timings column: parts and results files alike."""
+    old = pa.Table.from_pylist(modes()).drop_columns(lacking)
     pq.write_table(old, run_dir / records.RESULTS_FILE)
     (run_dir / records.PARTS_DIR).mkdir()
     part = old.set_column(1, "point", pa.array(["p2"] * 3))
     pq.write_table(part, run_dir / records.PARTS_DIR / "x.parquet")
     df, _ = records.load_run(run_dir)
     assert list(df.columns) == list(records.COLUMNS) and len(df) == 6
-    assert df["gpu_clocks"].isna().all()
+    assert df[lacking].isna().all().all()
     df, _ = records.load_run(records.consolidate(run_dir))
-    assert len(df) == 6 and df["gpu_clocks"].isna().all()
+    assert len(df) == 6 and df[lacking].isna().all().all()
 
 
 def test_only_the_added_columns_may_be_missing() -> None:

@@ -132,17 +132,19 @@ def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> N
     assert report.main([str(run)]) == 0
     text = (run / "report.md").read_text()
     low, high = min(sm.values()), max(sm.values())
-    assert f"| graph | {len(sm)} | {low} / " in text and f" / {high} | 41 | 610 | 0 |" in text
+    assert f"| graph | {len(sm)} | {low} / " in text and f" / {high} | 41 | 610 | 0 | 0 |" in text
     assert "below 95 %" not in text  # 1980 down to 1925: within 5 %
-    slowest = max(sm, key=lambda p: -sm[p])
+    slowest, second = sorted(sm, key=lambda p: sm[p])[:2]
     table["gpu_clocks"] = [
         json.dumps({"clocks.sm": "1755" if p == slowest else "1980", "power.draw": "688.6",
                     "clocks_throttle_reasons.active": "0x0000000000000004"})
         for p in table["point"]
     ]  # fmt: skip
+    table["timings"] = [3 if p == slowest else 2 if p == second else 1 for p in table["point"]]
     capped = write_run(tmp_path / "capped", table, synthetic_meta())
     report.main([str(capped)])
     text = (capped / "report.md").read_text()
+    assert f" | 689 | {len(sm)} | 2 |" in text  # all capped, two points re-timed
     assert f"| graph | `{slowest}` | 1755 | 689 | 0x4 |" in text
     assert text.count("| 1980 | 689 |") == 0  # only the slow reading is listed
     plain = write_run(tmp_path / "plain", synthetic_table(), synthetic_meta())

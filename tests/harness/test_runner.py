@@ -352,6 +352,74 @@ def test_each_modes_rows_carry_the_gpu_clocks_read_as_its_timing_ended(tmp_path:
     assert off_cuda["gpu_clocks"].isna().all()
 
 
+HELD = {"clocks.sm": "1785", "clocks.max.sm": "1980", "clocks_throttle_reasons.active": "0x4"}
+FREE = {"clocks.sm": "1980", "clocks.max.sm": "1980", "clocks_throttle_reasons.active": "0x0"}
+
+
+def _held_run(tmp_path: Path, readings: list[dict], *overrides: str):
+    """One point, graph mode only, the clocks read after each timing taken from `readings`
+    (the last repeated); returns (rows, the cooldowns slept, timings made)."""
+    left = iter(readings)
+    read: list[dict] = []
+
+    def clocks() -> dict:
+        read.append(next(left, readings[-1]))
+        return read[-1]
+
+    slept: list[float] = []
+    cfg = make_cfg(tmp_path, ["good", "good2"], "sweep.seqlen=[32]", "timing.modes=[graph]",
+                   *overrides)  # fmt: skip
+    run_dir = runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV,
+                         read_clocks=clocks, sleep=slept.append)  # fmt: skip
+    df, _ = records.load_run(run_dir)
+    return df, slept, len(read)
+
+
+def test_a_mode_timed_at_a_held_clock_is_timed_again_after_a_cooldown(tmp_path: Path) -> None:
+    df, slept, timed = _held_run(tmp_path, [HELD, FREE], "timing.held_cooldown_s=7")
+    assert timed == 2 and slept == [7.0]
+    assert set(df["timings"]) == {2}  # both providers, timed together again
+    assert [json.loads(c) for c in df["gpu_clocks"]] == [FREE, FREE]  # the reading kept is the last
+    assert set(df["status"]) == {"ok"}
+
+
+def test_re_timing_stops_after_held_retimes(tmp_path: Path) -> None:
+    df, slept, timed = _held_run(tmp_path, [HELD], "timing.held_retimes=2")
+    assert timed == 3 and len(slept) == 2
+    assert set(df["timings"]) == {3} and set(df["status"]) == {"ok"}
+    assert [json.loads(c) for c in df["gpu_clocks"]] == [
+        HELD,
+        HELD,
+    ]  # still held: the report shows it
+    df, slept, timed = _held_run(tmp_path / "off", [HELD], "timing.held_retimes=0")
+    assert (timed, slept, set(df["timings"])) == (1, [], {1})
+
+
+def test_a_free_or_unread_clock_is_timed_once(tmp_path: Path) -> None:
+    for name, reading in (
+        ("free", FREE),
+        ("idle", {**HELD, "clocks_throttle_reasons.active": "0x1"}),
+    ):
+        df, slept, timed = _held_run(tmp_path / name, [reading])
+        assert (timed, slept, set(df["timings"])) == (1, [], {1})
+    df, _ = records.load_run(sweep(make_cfg(tmp_path / "cpu-run", ["good", "wrong"])))
+    assert set(by(df, "good")["timings"]) == {1}
+    assert set(by(df, "wrong")["timings"]) == {0}  # failed its check: never timed
+
+
+def test_a_run_recorded_before_re_timing_resumes_only_without_it(tmp_path: Path) -> None:
+    run_dir = sweep(make_cfg(tmp_path, ["good"], "run_id=r1"))
+    meta_file = run_dir / records.META_FILE
+    meta = json.loads(meta_file.read_text())
+    for key in ("held_retimes", "held_floor", "held_cooldown_s"):
+        del meta["config"]["timing"][key]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"timing.held_retimes=0 there, 2 now"):
+        sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "sweep.seqlen=[32,64,128]"))
+    sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "sweep.seqlen=[32,64,128]",
+                   "timing.held_retimes=0"))  # fmt: skip
+
+
 def test_final_states_are_checked(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path, ["good", "badfinal"], "sweep.return_final_states=true")
     df, _ = records.load_run(sweep(cfg))

@@ -93,7 +93,8 @@ def _small(tmp_path: Path, names: str, *extra: str) -> config.BenchConfig:
 
 
 def test_runner_end_to_end_with_the_reference(tmp_path: Path) -> None:
-    run_dir = runner.run(_small(tmp_path, "reference", "check.fallback=reference"))
+    cfg = _small(tmp_path, "reference", "check.fallback=reference")
+    run_dir = runner.run(cfg)
     df, meta = records.load_run(run_dir)
     assert run_dir.parent.name == environment.gpu_slug(torch.cuda.get_device_name(0))
     assert meta["peaks"]["bf16_tflops"] > 0
@@ -106,6 +107,12 @@ def test_runner_end_to_end_with_the_reference(tmp_path: Path) -> None:
         for mode in ("eager", "graph"):  # each timed mode's rows: the GPU as its timing ended
             after = json.loads(by_mode.loc[mode, "gpu_clocks"])
             assert set(after) == set(start) and float(after["clocks.sm"]) > 0
+            # Timed again only after a held clock, and the timing kept was read free of it
+            # unless the re-timings ran out.
+            timings, t = by_mode.loc[mode, "timings"], cfg.timing
+            assert 1 <= timings <= 1 + t.held_retimes
+            if timings <= t.held_retimes:
+                assert environment.held_clock(after, t.held_floor) is None
         assert pd.isna(by_mode.loc["kernels", "gpu_clocks"])  # not timed: unsupported
     assert by_mode.loc["eager", "status"] == "ok" and by_mode.loc["graph", "status"] == "ok"
     assert by_mode.loc["kernels", "status"] == "unsupported"
