@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from harness import stats
-from harness.environment import IDLE_REASON, reading
+from harness.environment import HELD_REASONS, reading
 from harness.problem import SHAPE_FIELDS
 
 #: Columns that describe a point (its key and shape); carried unchanged into every table.
@@ -154,7 +154,7 @@ CLOCK_FIELDS = {
 def gpu_clocks(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (point, mode, worker) with the GPU's state read as that mode's timing ended:
     sm_mhz, temperature_c, power_w, reasons (nvidia-smi's mask of clock-limiting reasons) and
-    held (a reason other than idleness active), and timings (how many times the mode was timed
+    held (one of environment.HELD_REASONS active), and timings (how many times the mode was timed
     there, the reading being the last's; NaN in runs before the column). Rows without a reading
     (runs before the column, or off CUDA) are left out."""
     columns = ["point", "mode", "worker", *CLOCK_FIELDS.values(), "timings"]
@@ -169,7 +169,7 @@ def gpu_clocks(df: pd.DataFrame) -> pd.DataFrame:
                      math.nan if pd.isna(timings) else timings])  # fmt: skip
     table = pd.DataFrame(rows, columns=columns)
     reasons = table["reasons"].fillna(0).astype("int64")
-    return table.assign(held=(reasons & ~IDLE_REASON) != 0)
+    return table.assign(held=(reasons & HELD_REASONS) != 0)
 
 
 def varying_columns(table: pd.DataFrame, exclude: tuple[str, ...] = ()) -> list[str]:

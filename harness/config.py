@@ -123,9 +123,9 @@ class TimingConfig(TimingPolicy):
     """Timing modes, L2 state, the stopping rule (fields of TimingPolicy) and what to do when the
     GPU's clock was held down as a mode's timing ended.
 
-    A held clock (a clock-limiting reason other than idleness active, such as the power cap, and
-    the SM clock below held_floor of its max, read by nvidia-smi as the timing ends) times the
-    clock, not the code: the mode is timed again, all its providers together, after
+    A held clock (a clock-limiting reason of power, heat or slowdown active, such as the power
+    cap, and the SM clock below held_floor of its max, read by nvidia-smi as the timing ends)
+    times the clock, not the code: the mode is timed again, all its providers together, after
     held_cooldown_s idle, up to held_retimes times. The last timing is kept; the rows record how
     many there were (`timings`) and the clock read after the last.
     """

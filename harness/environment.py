@@ -127,8 +127,11 @@ def clocks(index: int | None) -> dict[str, str] | None:
     return dict(zip(_SMI_CLOCKS, values, strict=True)) if len(values) == len(_SMI_CLOCKS) else None
 
 
-#: The reasons bit that only says the GPU is idle (as it may be the moment timing ends).
-IDLE_REASON = 0x1
+#: nvidia-smi's clock-limiting reasons that the GPU imposes under load: the software power cap
+#: (0x4), hardware slowdown (0x8), software and hardware thermal slowdown (0x20, 0x40) and the
+#: power brake (0x80). The others say the GPU is idle (0x1, as it may be the moment timing ends)
+#: or name a setting someone chose (application clocks 0x2, sync boost 0x10, display 0x100).
+HELD_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 def reading(text: object) -> float:
@@ -141,15 +144,15 @@ def reading(text: object) -> float:
 
 def held_clock(state: dict | None, floor: float) -> str | None:
     """Why a `clocks()` reading shows the SM clock held down ("1785 of 1980 MHz, reasons 0x4"):
-    a clock-limiting reason other than idleness active and the SM clock below `floor` of its
-    max. None when it does not, or when the reading lacks a field."""
+    one of HELD_REASONS active and the SM clock below `floor` of its max. None when it does not,
+    or when the reading lacks a field."""
     if not state:
         return None
     fields = ("clocks.sm", "clocks.max.sm", "clocks_throttle_reasons.active")
     sm, top, reasons = (reading(state.get(k)) for k in fields)
     if math.isnan(sm) or math.isnan(top) or math.isnan(reasons):
         return None
-    if int(reasons) & ~IDLE_REASON == 0 or sm >= floor * top:
+    if int(reasons) & HELD_REASONS == 0 or sm >= floor * top:
         return None
     return f"{sm:.0f} of {top:.0f} MHz, reasons {int(reasons):#x}"
 

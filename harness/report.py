@@ -286,8 +286,8 @@ def clocks_section(df: pd.DataFrame) -> str:
     text = (
         f"{title}\n\nRead by nvidia-smi as each mode's timing of a point ended (the providers "
         'of a point are timed interleaved, so they share one reading). "held" counts readings '
-        "with a clock-limiting reason other than idleness active (power, thermal, "
-        'slowdown). "re-timed" counts points whose mode was timed again because the clock was '
+        "with a clock-limiting reason of power, heat or slowdown active (not idleness or a clock "
+        'setting). "re-timed" counts points whose mode was timed again because the clock was '
         "held down after a timing (timing.held_retimes; the rows keep the last timing and its "
         "reading, and the number of timings in `timings`).\n\n"
     )

@@ -136,7 +136,7 @@ def test_chunks_run_reads_the_choice_from_the_tuning_column() -> None:
     assert set(triton["chunk_policy"]) == {"fixed"}
 
 
-def test_gpu_clocks_parse_readings_and_tell_held_from_idle() -> None:
+def test_gpu_clocks_parse_readings_and_tell_held_from_idle_or_set() -> None:
     table = synthetic_table(modes=("graph",))
     points = sorted(table["point"].unique())
     readings = {
@@ -144,15 +144,18 @@ def test_gpu_clocks_parse_readings_and_tell_held_from_idle() -> None:
                     "clocks_throttle_reasons.active": "0x0000000000000001"},  # idle only
         points[1]: {"clocks.sm": "1755", "temperature.gpu": "[N/A]", "power.draw": "700.0",
                     "clocks_throttle_reasons.active": "0x0000000000000004"},  # power cap
+        points[2]: {"clocks.sm": "1500", "temperature.gpu": "38", "power.draw": "400.0",
+                    "clocks_throttle_reasons.active": "0x0000000000000002"},  # clocks set
     }  # fmt: skip
     table["gpu_clocks"] = [
         json.dumps(readings[p]) if p in readings else None for p in table["point"]
     ]
     read = analysis.gpu_clocks(table).set_index("point")
-    assert len(read) == 2  # one reading per point and mode, shared by both providers
+    assert len(read) == 3  # one reading per point and mode, shared by both providers
     assert read.loc[points[0], "sm_mhz"] == 1980 and not read.loc[points[0], "held"]
     assert read.loc[points[1], "reasons"] == 4 and read.loc[points[1], "held"]
     assert math.isnan(read.loc[points[1], "temperature_c"])
+    assert read.loc[points[2], "reasons"] == 2 and not read.loc[points[2], "held"]
 
 
 def test_gpu_clocks_of_a_run_without_them_are_empty() -> None:

@@ -90,6 +90,8 @@ def test_a_held_clock_is_a_limiting_reason_and_a_clock_below_the_floor() -> None
     assert held(_reading("1920", "0x0000000000000004"), 0.95) is None  # capped, 97 % of max
     assert held(_reading("1785", "0x0000000000000004"), 0.90) is None
     assert held(_reading("345", "0x0000000000000001"), 0.95) is None  # idle only
+    assert held(_reading("1500", "0x0000000000000002"), 0.95) is None  # clocks someone set
+    assert held(_reading("1700", "0x0000000000000022"), 0.95) == "1700 of 1980 MHz, reasons 0x22"
     assert held(_reading("1785", "0x0000000000000000"), 0.95) is None
     assert held(_reading("1785", "[N/A]"), 0.95) is None
     assert held({"clocks.sm": "1785"}, 0.95) is None
