@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from harness import analysis, markdown, plots, records
+from harness import analysis, markdown, plots, records, targets
 from harness.config import planned_points
 
 #: records.MODES in report order: graph first (the headline: device time without host work).
@@ -347,6 +347,7 @@ def render(
         environment_section(df, meta),
         *([coverage] if (coverage := coverage_section(df, meta)) else []),
         speedup_section(df, baseline, candidate),
+        targets.section(df, meta, baseline, candidate),
         "## Figures\n\n" + "\n\n".join(f"![{name}]({name})" for name in figure_names),
     ]
     if modes:

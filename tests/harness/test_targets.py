@@ -1,0 +1,72 @@
+"""harness/targets.py: the performance issue's targets read off synthetic runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import targets
+from harness.history import best_fraction_of_peak
+from harness.problem import Problem
+from tests.harness.synthetic import synthetic_meta, synthetic_table
+
+DSTATES = (64, 128, 256)
+
+
+def _by_goal(df, meta=None) -> dict[str, targets.Target]:
+    found = targets.evaluate(df, meta or synthetic_meta(), "triton", "cutile")
+    return {t.goal.split(" (")[0]: t for t in found}
+
+
+def test_a_run_fast_everywhere_meets_the_speedup_targets() -> None:
+    df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=2.6)
+    found = _by_goal(df)
+    assert [t.met for t in found.values()][:4] == [True, True, True, True]
+    long = found["≥ 2.5x at L ≥ 16K with dstate 256"]
+    assert long.measured == "2.600x–2.600x at 2 points, lowest at L=16K H=32 N=256"
+    assert found["geomean ≥ 2.0x"].measured == "2.600x over 12 points"
+
+
+def test_the_lowest_point_names_where_a_target_is_missed() -> None:
+    def speedup(p: Problem) -> float:
+        return 1.1 if (p.seqlen, p.nheads, p.dstate) == (4096, 64, 128) else 2.6
+
+    found = _by_goal(synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=speedup))
+    every = found["≥ 1.14x at every point"]
+    assert not every.met and every.measured.endswith("lowest at L=4K H=64 N=128")
+    assert found["≥ 2.5x at L ≥ 16K with dstate 256"].met  # that point is not in its set
+
+
+def test_an_untimed_point_fails_a_target_over_every_point() -> None:
+    df = synthetic_table(dstates=DSTATES, speedup=2.6)
+    broken = (df["provider"] == "cutile") & (df["seqlen"] == 1024) & (df["dstate"] == 64)
+    df.loc[broken & (df["nheads"] == 32), "status"] = "error"
+    every = _by_goal(df)["≥ 1.14x at every point"]
+    assert every.met is False and every.measured.endswith("; 1 not timed")
+
+
+def test_the_peak_target_reads_the_longest_points_at_the_problems_chunk() -> None:
+    df = synthetic_table(seqlens=(1024, 16384), dstates=DSTATES, speedup=2.6)
+    meta = synthetic_meta()
+    peak = _by_goal(df, meta)["≥ 40 % of the measured bf16 matmul rate at the longest L"]
+    longest = df[df["seqlen"] == 16384]
+    fraction, _ = best_fraction_of_peak(longest, meta, "cutile", "graph")
+    assert peak.measured.startswith(f"{100 * fraction:.1f} % at L=16K")
+    assert peak.met == (fraction >= targets.PEAK_FRACTION)
+    no_rate = _by_goal(df, {**meta, "peaks": {}})
+    assert no_rate["≥ 40 % of the measured bf16 matmul rate at the longest L"].met is None
+
+
+@pytest.mark.parametrize("modes", [("eager",), ("graph", "kernels")])
+def test_a_target_without_its_mode_is_not_judged(modes: tuple[str, ...]) -> None:
+    found = _by_goal(synthetic_table(modes=modes, speedup=2.6))
+    judged = {goal: t.met is not None for goal, t in found.items()}
+    assert judged["never slower than triton in eager mode"] == ("eager" in modes)
+    assert judged["geomean ≥ 2.0x"] == ("graph" in modes)
+
+
+def test_the_section_marks_each_target() -> None:
+    text = targets.section(synthetic_table(speedup=1.4), synthetic_meta(), "triton", "cutile")
+    assert text.startswith("## Targets\n")
+    assert "| geomean ≥ 2.0x (graph) | 1.400x over 12 points | **missed** |" in text
+    assert "| ≥ 1.14x at every point (graph) | 1.400x–1.400x at 12 points" in text
+    assert "| ≥ 2.5x at L ≥ 16K with dstate 256 (graph) | no point timed | — |" in text
