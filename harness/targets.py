@@ -51,13 +51,9 @@ def evaluate(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> lis
     ]
 
 
-def _timed(table: pd.DataFrame) -> pd.DataFrame:
-    return table[table["timed"]]
-
-
 def _lowest(goal: str, table: pd.DataFrame, floor: float) -> Target:
     """Met when every point of `table` is timed and the lowest speedup reaches `floor`."""
-    timed = _timed(table)
+    timed = table[table["timed"]]
     if timed.empty:
         return Target(goal, "no point timed", None)
     low, high = timed.loc[timed["speedup"].idxmin()], timed["speedup"].max()
