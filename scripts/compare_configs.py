@@ -5,7 +5,9 @@ over the point's `default_config`) is first checked against the float64 referenc
 own inputs (output and final states, poisoned allocator), then timed with the harness's own
 timing (CUDA-graph replay, cold L2, all variants and Triton interleaved) and its per-kernel device
 times. Prints one table at the end and, with --out, appends every row as a JSON line as soon as
-it is measured, after a first line with the environment (GPU, driver, versions, git commit).
+it is measured, after a first line with the environment (GPU, driver, versions, git commit); each
+row carries the GPU's clocks read as its shape's graph timing ended, and a held clock is named on
+stderr.
 
     python scripts/compare_configs.py --shapes 16384:64:256,65536:32:64 \
         --variant base={} --variant cb='{"out_cb": 1}'
@@ -31,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import correctness, environment  # noqa: E402
+from harness.config import TimingConfig  # noqa: E402
 from harness.inputs import make_inputs  # noqa: E402
 from harness.problem import Problem, output_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
@@ -120,6 +123,10 @@ def main() -> int:
             calls.append(Call(name, fn, KERNEL_PREFIXES))
         del ref
         graph = {m.name: m for m in measure(calls, "graph", policy, timer)}
+        clocks = environment.clocks(0)  # as the graph timing ended, as the sweep reads it
+        held = environment.held_clock(clocks, TimingConfig.held_floor)
+        if held:
+            print(f"{problem.key()}: timed at a held SM clock ({held})", file=sys.stderr)
         kernels = {m.name: m for m in measure(calls, "kernels", policy, timer)}
         base = graph["triton"].summary.median if graph["triton"].summary else float("nan")
         for call in calls:
@@ -135,6 +142,7 @@ def main() -> int:
                     "speedup": base / ms,
                     "kernel_ms": {n: round(t, 4) for n, t in k.kernel_ms.items()},
                     "error": g.error or k.error,
+                    "gpu_clocks": clocks,
                 }
             )
             log(args.out, rows[-1])
