@@ -590,3 +590,18 @@ def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) ->
     best, _, timed = _tune_on_a_fake_clock(monkeypatch, us, 65536, 32, 256)
     assert timed[1][0].state_occupancy == 2  # the walk stage's pick
     assert (best.state_occupancy, best.state_store_tma, best.state_latency) == (1, 0, 6)
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "nheads", "chunk", "heads"),
+    [(1024, 32, 128, 4), (65536, 32, 128, 4), (2048, 16, 256, 4), (1024, 33, 128, 8),
+     (1024, 64, 128, 8), (65536, 128, 128, 8), (None, 32, 128, 8)],
+)  # fmt: skip
+@pytest.mark.parametrize("dstate", [64, 128, 256])
+def test_chunk_cumsum_takes_four_heads_per_cta_for_few_heads(
+    seqlen, nheads, chunk, heads, dstate
+) -> None:
+    """Problems of up to FEW_CUMSUM_HEADS heads take 4 per chunk_cumsum CTA, the others and a
+    problem of unknown size 8 (change 61)."""
+    size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
+    assert default_config(dstate, size).cumsum_heads == heads
