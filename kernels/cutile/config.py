@@ -209,10 +209,11 @@ FEW_WALKERS = 32
 CHUNK_MIN_CTAS = 128
 CHUNK_MAX_HEADS = 64
 
-# chunk_cumsum takes 4 heads per CTA instead of 8 for problems of at most this many heads (H200,
-# chunk 128, 32 heads: −1.6 to −3.0 % in all at 1K-4K, −0.4 to −0.5 % at 8K-16K, ±0.1 % at 64K;
-# at 64 heads 1K/64/64 lost 6 % with 4, 2 or 1 heads per CTA, 2K/64/64 0.5 %; at 128 heads 16
-# per CTA lost 0.6 % at 64K; docs/performance.md, change 61).
+# Short problems (SHORT_POSITIONS) of at most this many heads take 4 heads per chunk_cumsum CTA
+# instead of 8 (H200, 32 heads at 1K-2K: −1.1 to −3.4 % in all over chunks of 128 in two passes,
+# −2.0 to −3.3 % over 256; beyond, 4K/32/64 −2.1 % but 4K/32/128 +1.7 to +2.5 % and 8K/32/64 +1.1
+# to +1.3 %, ±0.5 % elsewhere to 64K; 1K/64/64 +4.7 to +6 % with 4, 2 or 1; 16 per CTA +0.6 % at
+# 64K/128/64; docs/performance.md, change 61).
 FEW_CUMSUM_HEADS = 32
 
 
@@ -273,7 +274,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     everywhere (at 256 with C·Bᵀ computed inside it built 223 registers until compute_out peeled
     the diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
 
-    chunk_cumsum takes 8 heads per CTA, 4 for problems of up to FEW_CUMSUM_HEADS heads (change 61).
+    chunk_cumsum takes 8 heads per CTA, 4 for short problems of up to FEW_CUMSUM_HEADS heads
+    (change 61).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     chained = short or int(
@@ -285,7 +287,7 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     # 16K-64K/128/128 over chunks of 256 +32 to +33 %; run 99: 2 at 16K-64K/32/256 +1.4 to +3 %).
     q128 = size is not None and size.chunk_size <= 128
     long_q128 = long and q128
-    few_heads = size is not None and size.nheads <= FEW_CUMSUM_HEADS
+    few_heads = short and size.nheads <= FEW_CUMSUM_HEADS
     walk = replace(
         DEFAULT_CONFIG, state_occupancy=2, state_weight_x=1, state_weights=1,
         dependent_launch=chained, cumsum_heads=4 if few_heads else 8,

@@ -594,14 +594,14 @@ def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) ->
 
 @pytest.mark.parametrize(
     ("seqlen", "nheads", "chunk", "heads"),
-    [(1024, 32, 128, 4), (65536, 32, 128, 4), (2048, 16, 256, 4), (1024, 33, 128, 8),
-     (1024, 64, 128, 8), (65536, 128, 128, 8), (None, 32, 128, 8)],
+    [(1024, 32, 128, 4), (2048, 32, 256, 4), (4096, 16, 128, 4), (4096, 32, 128, 8),
+     (65536, 32, 128, 8), (1024, 33, 128, 8), (1024, 64, 128, 8), (None, 32, 128, 8)],
 )  # fmt: skip
 @pytest.mark.parametrize("dstate", [64, 128, 256])
-def test_chunk_cumsum_takes_four_heads_per_cta_for_few_heads(
+def test_chunk_cumsum_takes_four_heads_per_cta_for_short_problems_of_few_heads(
     seqlen, nheads, chunk, heads, dstate
 ) -> None:
-    """Problems of up to FEW_CUMSUM_HEADS heads take 4 per chunk_cumsum CTA, the others and a
-    problem of unknown size 8 (change 61)."""
+    """Short problems (SHORT_POSITIONS) of up to FEW_CUMSUM_HEADS heads take 4 per chunk_cumsum
+    CTA, the others and a problem of unknown size 8 (change 61)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     assert default_config(dstate, size).cumsum_heads == heads
