@@ -1,7 +1,8 @@
 """Per-shape autotuner for the cuTile SSD kernels, with a JSON cache on disk.
 
 The state walk's knobs and then compute_out's are searched on the point's own inputs, each
-kernel's shape knobs and then its load latency hints on that pick. Each candidate is timed as the
+kernel's shape knobs and then its load latency hints on that pick; chunk_cumsum's heads per CTA
+last. Each candidate is timed as the
 whole forward, captured in a CUDA graph and replayed from a cold L2 as the harness times it.
 Each search first compiles all its candidates in parallel processes into cuTile's disk cache
 (precompile.py), then times them in two rounds (`search_timed`). Skipped:
@@ -78,6 +79,7 @@ def state_candidates(dstate: int, chunk_size: int) -> list[dict[str, int]]:
 # hint, not in the hint's order (the walk at 16K/64/256 over chunks of 256: 147, 123, 220 KB of
 # shared memory at 2, 4, 8), and the builds ran up to 17 % apart (docs/performance.md, change 49).
 LATENCIES = (2, 4, 6, 8)
+CUMSUM_HEADS = (2, 4, 8, 16)
 
 
 def state_hint_candidates() -> list[dict[str, int]]:
@@ -96,6 +98,13 @@ def state_hint_candidates() -> list[dict[str, int]]:
         }
         for latency, weights, tma, occupancy in itertools.product(LATENCIES, (0, 1), (0, 1), (1, 2))
     ]
+
+
+def cumsum_candidates() -> list[dict[str, int]]:
+    """chunk_cumsum's heads per CTA, searched last: its effect is mostly on when the walk it
+    releases starts (1K/64/64: 4 heads per CTA left chunk_cumsum as fast and the walk 2 µs
+    slower; docs/performance.md, change 61)."""
+    return [{"cumsum_heads": heads} for heads in CUMSUM_HEADS]
 
 
 def out_hint_candidates() -> list[dict[str, int]]:
@@ -223,22 +232,24 @@ class TuningCache:
 
 def stages(dstate: int, chunk_size: int) -> list[tuple[str, list[dict[str, int]]]]:
     """The tuner's stages in order, each with its candidates: the walk's shape knobs, its hints,
-    then compute_out's knobs and its hint."""
+    compute_out's knobs and its hint, then chunk_cumsum's heads per CTA."""
     return [
         ("fwd_pass_state", state_candidates(dstate, chunk_size)),
         ("fwd_pass_state_hints", state_hint_candidates()),
         ("compute_out", out_candidates(dstate, chunk_size)),
         ("compute_out_hints", out_hint_candidates()),
+        ("chunk_cumsum", cumsum_candidates()),
     ]
 
 
 def tune(kwargs: dict) -> tuple[SSDConfig, dict]:
     """Search the state walk's knobs, then its latency hints, then compute_out's knobs and its
-    hint, each stage on the pick before, on these inputs, starting from the untuned defaults;
-    returns the best config and what each stage did. Every candidate is timed as the whole
-    forward: a kernel timed alone, L2 flushed before it, misjudges its place in the forward
-    (compute_out reads the states the walk just left in L2; the walk's knobs change segment_scan's
-    work). 16K/64/128 tuned on compute_out alone picked a config 3.9 % slower in the forward."""
+    hint, then chunk_cumsum's heads per CTA, each stage on the pick before, on these inputs,
+    starting from the untuned defaults; returns the best config and what each stage did. Every
+    candidate is timed as the whole forward: a kernel timed alone, L2 flushed before it,
+    misjudges its place in the forward (compute_out reads the states the walk just left in L2;
+    the walk's knobs change segment_scan's work). 16K/64/128 tuned on compute_out alone picked a
+    config 3.9 % slower in the forward."""
     from kernels.cutile.launch import sm_count
     from kernels.cutile.ssd import launch_forward_of
 

@@ -495,7 +495,7 @@ def test_cached_policy_uses_the_cache_without_tuning(
     config, record = autotune.configure(kwargs, "force", path)
     assert record["source"] == "tuned" and autotune.TuningCache(path).get("key") == SSDConfig()
     err = capsys.readouterr().err  # a search takes minutes: the user is told why it is quiet
-    assert err.startswith("cuTile tuning: searching up to 228 configurations") and str(path) in err
+    assert err.startswith("cuTile tuning: searching up to 232 configurations") and str(path) in err
 
 
 def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None:
@@ -510,12 +510,12 @@ def test_chaining_beyond_short_problems_moves_no_other_knob(monkeypatch) -> None
     assert [replace(c, dependent_launch=0) for c in chained] == plain
 
 
-@pytest.mark.parametrize(("dstate", "chunk_size", "most"), [(256, 128, 266), (64, 256, 132)])
+@pytest.mark.parametrize(("dstate", "chunk_size", "most"), [(256, 128, 270), (64, 256, 136)])
 def test_the_stages_count_the_configurations_a_search_may_time(dstate, chunk_size, most) -> None:
     """What the tuner announces before a search: at most the walk's 72, its 32 hints (16 at each
     of two occupancies), compute_out's 144 plus 14 chunk-kernel ones (chunks up to
-    CHUNK_KERNEL_MAX_Q) and its 4 hints; at dstate 64 one tile width each, so 24 and 72, and no
-    chunk kernel over 256."""
+    CHUNK_KERNEL_MAX_Q) and its 4 hints, then chunk_cumsum's 4; at dstate 64 one tile width
+    each, so 24 and 72, and no chunk kernel over 256."""
     assert sum(len(candidates) for _, candidates in autotune.stages(dstate, chunk_size)) == most
 
 
@@ -553,19 +553,21 @@ def _tune_on_a_fake_clock(
 
 
 def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
-    """Four stages, each starting from the pick before: the walk's shape knobs, its hints, then
-    compute_out's knobs and its hint. A fake clock makes one value of each knob fastest."""
+    """Five stages, each starting from the pick before: the walk's shape knobs, its hints,
+    compute_out's knobs and its hint, then chunk_cumsum's heads per CTA. A fake clock makes one
+    value of each knob fastest."""
     # None of these is the default at 8K/64/256 over chunks of 128.
     fastest = {
         "state_block_n": 64, "state_latency": 6, "state_weights": 0, "state_store_tma": 0,
-        "out_latency": 6,
+        "out_latency": 6, "cumsum_heads": 16,
     }  # fmt: skip
     best, details, timed = _tune_on_a_fake_clock(
         monkeypatch, lambda c: 100.0 - sum(getattr(c, k) == v for k, v in fastest.items()),
         8192, 64, 256,
     )  # fmt: skip
     assert list(details) == [
-        "fwd_pass_state", "fwd_pass_state_hints", "compute_out", "compute_out_hints", "tune_s",
+        "fwd_pass_state", "fwd_pass_state_hints", "compute_out", "compute_out_hints",
+        "chunk_cumsum", "tune_s",
     ]  # fmt: skip
     assert {k: getattr(best, k) for k in fastest} == fastest
     assert {c.state_block_n for c in timed[1]} == {64}  # the walk's pick, not the default's
@@ -575,6 +577,8 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     assert searched <= set(hints) <= searched | {hints[0]}  # and the walk's pick
     assert {c.out_latency for c in timed[3]} == set(autotune.LATENCIES)
     assert all(c.state_latency == 6 for c in timed[2] + timed[3])
+    assert {c.cumsum_heads for c in timed[4]} == set(autotune.CUMSUM_HEADS)
+    assert all(c.out_latency == 6 for c in timed[4])
 
 
 def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) -> None:
