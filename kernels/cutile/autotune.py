@@ -2,8 +2,8 @@
 
 The state walk's knobs and then compute_out's are searched on the point's own inputs, each
 kernel's shape knobs and then its load latency hints on that pick; chunk_cumsum's heads per CTA
-last. Each candidate is timed as the
-whole forward, captured in a CUDA graph and replayed from a cold L2 as the harness times it.
+last. Each candidate is timed as the whole forward, captured in a CUDA graph and replayed from a
+cold L2 as the harness times it.
 Each search first compiles all its candidates in parallel processes into cuTile's disk cache
 (precompile.py), then times them in two rounds (`search_timed`). Skipped:
 candidates that fail to compile, and those with a launch that spills to local memory (the

@@ -212,7 +212,7 @@ CHUNK_MAX_HEADS = 64
 # Short problems (SHORT_POSITIONS) of at most this many heads take 4 heads per chunk_cumsum CTA
 # instead of 8 (H200, 32 heads at 1K-2K: −1.1 to −3.4 % in all over chunks of 128 in two passes,
 # −2.0 to −3.3 % over 256; beyond, 4K/32/64 −2.1 % but 4K/32/128 +1.7 to +2.5 % and 8K/32/64 +1.1
-# to +1.3 %, ±0.5 % elsewhere to 64K; 1K/64/64 +4.7 to +6 % with 4, 2 or 1; 16 per CTA +0.6 % at
+# to +1.3 %, ±0.5 % elsewhere to 64K; 1K/64/64 +4.7 to +6.2 % with 4, 2 or 1; 16 per CTA +0.6 % at
 # 64K/128/64; docs/performance.md, change 61).
 FEW_CUMSUM_HEADS = 32
 
