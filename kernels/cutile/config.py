@@ -233,9 +233,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     was measured faster than the default's (changes 49 and 50, beyond CHAIN_SEQLEN and at some
     shorter walks, most over chunks of 128 only); whole chunks per mma step up to dstate 64, in one
     segment up to SHORT_WALK, with FEW_WALKERS or fewer up to twice SHORT_WALK over chunks of 128 at
-    latency 2 (change 52), and walkers that fill the GPU one per SM running so, with plain stores at
-    latency 6 (change 53), as do the other segmented walks up to CHAIN_SEQLEN over chunks of 128, in
-    half the segments (change 59), and up to twice it with PDL (change 60); at 128, 128 state
+    latency 2 (change 52), more up to SHORT_WALK one per SM at 2 in 128-row steps (change 62), and
+    walkers that fill the GPU one per SM running so, with plain stores at latency 6 (change 53), as
+    do the other segmented walks up to CHAIN_SEQLEN over chunks of 128, in half the segments
+    (change 59), and up to twice it with PDL (change 60); at 128, 128 state
     columns per CTA, or one segment of 64-column walkers taking 128 rows per step up to SHORT_WALK,
     and for short problems over chunks up to 128 one segment of 64 columns at one CTA per SM taking
     whole chunks where they fit one wave (change 57), otherwise 128 columns at one per SM (change
@@ -275,7 +276,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     the diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
 
     chunk_cumsum takes 8 heads per CTA, 4 for short problems of up to FEW_CUMSUM_HEADS heads
-    (change 61).
+    (change 61) and before the short dstate-64 walks of more than FEW_WALKERS that run one per SM
+    (change 62).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     chained = short or int(
@@ -294,6 +296,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     )  # fmt: skip
     if dstate <= 64:
         few_short = q128 and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
+        # Short walks of more than FEW_WALKERS but fewer than FULL_WALKERS walkers over chunks of
+        # 128 run one CTA per SM, 128 rows per step at latency 2, after chunk_cumsum with 4 heads
+        # per CTA: the tuner's pick at 1K/64/64 (H200: −4.2 to −5.3 % in three runs; the walk
+        # alone −1.5 %, the pick with 8 heads per chunk_cumsum CTA ±0 %; at 1K/32/64 and 2K/32/64
+        # ±1 %, 2K/64/64 +2.5 %, 1K/128/64 +1 to +4 %; change 62).
+        mid_short = q128 and size.seqlen <= SHORT_WALK and FEW_WALKERS < walkers < FULL_WALKERS
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
             if FULL_WALKERS <= walkers <= WAVE_WALKERS // 2:
@@ -318,9 +326,12 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # CHAIN_SEQLEN reading them pays (chunk 256: −2.2 to −4.2 % at 2K-4K, +0.3 % at 8K;
             # chunk 128: −1.0 to +0.1 %; change 48).
             walk = replace(walk, state_weights=0)
+        if mid_short:
+            walk = replace(walk, state_occupancy=1, cumsum_heads=4)
         return replace(
-            walk, state_block_q=256, out_occupancy=4, out_rank1=1, out_latency=8,
-            out_fold_segments=1, state_latency=2 if few_short else walk.state_latency,
+            walk, state_block_q=128 if mid_short else 256, out_occupancy=4, out_rank1=1,
+            out_latency=8, out_fold_segments=1,
+            state_latency=2 if few_short or mid_short else walk.state_latency,
         )  # fmt: skip
     if dstate <= 128:
         out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}

@@ -278,7 +278,7 @@ def test_walks_that_fill_the_gpu_at_dstate_64_run_one_segment(batch, nheads, wal
 
 @pytest.mark.parametrize(
     ("batch", "nheads", "chunk", "occupancy"),
-    [(1, 32, 128, (2, 2, 1, 1, 2)), (1, 64, 128, (2, 1, 1, 1, 2)), (2, 32, 128, (2, 1, 1, 1, 2)),
+    [(1, 32, 128, (2, 2, 1, 1, 2)), (1, 64, 128, (1, 1, 1, 1, 2)), (2, 32, 128, (1, 1, 1, 1, 2)),
      (1, 32, 256, (2, 2, 2, 2, 2)), (1, 128, 128, (1, 1, 1, 1, 1))],
 )  # fmt: skip
 def test_segmented_dstate_64_walks_up_to_twice_chain_seqlen_run_one_per_sm(
@@ -287,8 +287,8 @@ def test_segmented_dstate_64_walks_up_to_twice_chain_seqlen_run_one_per_sm(
     """Over chunks of 128, the segmented dstate-64 walks beyond SHORT_WALK up to twice CHAIN_SEQLEN
     run one CTA per SM, in half the segments (changes 59 and 60), but the few short walkers at
     latency 2 (change 52); over chunks of 256 and beyond twice CHAIN_SEQLEN two per SM. The walkers
-    that fill the GPU run one per SM anyway (change 53). occupancy: state_occupancy at 1K, 2K, 4K,
-    8K and 16K."""
+    that fill the GPU run one per SM anyway (change 53), and so do the one-segment walks at 1K of
+    more than FEW_WALKERS (change 62). occupancy: state_occupancy at 1K, 2K, 4K, 8K and 16K."""
     got = tuple(
         default_config(64, ProblemSize(batch, seqlen, nheads, chunk)).state_occupancy
         for seqlen in (1024, 2048, 4096, 8192, 16384)
@@ -337,15 +337,16 @@ def test_latency_hints_per_dstate(dstate, seqlen, state_latency, out_latency) ->
 
 @pytest.mark.parametrize(
     ("batch", "nheads", "chunk", "latencies"),
-    [(1, 32, 128, (2, 2, 4)), (2, 16, 128, (2, 2, 4)), (1, 64, 128, (4, 4, 4)),
-     (2, 32, 128, (4, 4, 4)), (1, 32, 256, (4, 4, 4))],
+    [(1, 32, 128, (2, 2, 4)), (2, 16, 128, (2, 2, 4)), (1, 64, 128, (2, 4, 4)),
+     (2, 32, 128, (2, 4, 4)), (1, 32, 256, (4, 4, 4))],
 )  # fmt: skip
 def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
     batch, nheads, chunk, latencies
 ) -> None:
     """Up to 2K over chunks of 128, with at most FEW_WALKERS walkers (batch × heads), the dstate-64
-    walk's loads at 2 (change 52: −2.2 to −3.8 % at 1K-2K/32/64); not at 4K, with more walkers,
-    or over chunks of 256. latencies: state_latency at 1K, 2K and 4K."""
+    walk's loads at 2 (change 52: −2.2 to −3.8 % at 1K-2K/32/64); not at 4K, with more walkers
+    (but at 1K up to FULL_WALKERS, change 62), or over chunks of 256. latencies: state_latency at
+    1K, 2K and 4K."""
     got = tuple(
         default_config(64, ProblemSize(batch, seqlen, nheads, chunk)).state_latency
         for seqlen in (1024, 2048, 4096)
@@ -599,7 +600,7 @@ def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) ->
 @pytest.mark.parametrize(
     ("seqlen", "nheads", "chunk", "heads"),
     [(1024, 32, 128, 4), (2048, 32, 256, 4), (4096, 16, 128, 4), (4096, 32, 128, 8),
-     (65536, 32, 128, 8), (1024, 33, 128, 8), (1024, 64, 128, 8), (None, 32, 128, 8)],
+     (65536, 32, 128, 8), (1024, 33, 256, 8), (1024, 64, 256, 8), (None, 32, 128, 8)],
 )  # fmt: skip
 @pytest.mark.parametrize("dstate", [64, 128, 256])
 def test_chunk_cumsum_takes_four_heads_per_cta_for_short_problems_of_few_heads(
@@ -609,3 +610,22 @@ def test_chunk_cumsum_takes_four_heads_per_cta_for_short_problems_of_few_heads(
     CTA, the others and a problem of unknown size 8 (change 61)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     assert default_config(dstate, size).cumsum_heads == heads
+
+
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk", "walk"),
+    [(1, 1024, 64, 128, (1, 128, 2, 4)), (2, 1024, 32, 128, (1, 128, 2, 4)),
+     (1, 1024, 33, 128, (1, 128, 2, 4)), (1, 1024, 127, 128, (1, 128, 2, 4)),
+     (1, 1024, 32, 128, (2, 256, 2, 4)), (1, 1024, 128, 128, (1, 256, 6, 8)),
+     (1, 2048, 64, 128, (1, 256, 4, 8)), (1, 1024, 64, 256, (2, 256, 4, 8))],
+)  # fmt: skip
+def test_short_dstate_64_walks_between_few_and_full_walkers_run_one_per_sm(
+    batch, seqlen, nheads, chunk, walk
+) -> None:
+    """Up to SHORT_WALK over chunks of 128, more than FEW_WALKERS but fewer than FULL_WALKERS
+    walkers run one CTA per SM, 128 rows per step at latency 2, after chunk_cumsum with 4 heads per
+    CTA (change 62: −4.2 to −5.3 % at 1K/64/64); not at 2K, over chunks of 256, or with fewer or
+    more walkers. walk: (state_occupancy, state_block_q, state_latency, cumsum_heads)."""
+    config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
+    got = (config.state_occupancy, config.state_block_q, config.state_latency, config.cumsum_heads)
+    assert got == walk
