@@ -298,9 +298,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         few_short = q128 and size.seqlen <= 2 * SHORT_WALK and walkers <= FEW_WALKERS
         # Short walks of more than FEW_WALKERS but fewer than FULL_WALKERS walkers over chunks of
         # 128 run one CTA per SM, 128 rows per step at latency 2, after chunk_cumsum with 4 heads
-        # per CTA: the tuner's pick at 1K/64/64 (H200: −4.2 to −5.3 % in three runs; the walk
-        # alone −1.5 %, the pick with 8 heads per chunk_cumsum CTA ±0 %; at 1K/32/64 and 2K/32/64
-        # ±1 %, 2K/64/64 +2.5 %, 1K/128/64 +1 to +4 %; change 62).
+        # per CTA: the tuner's pick at 1K/64/64 (H200: −4.5 to −5.1 % in three runs, 1K/48/64
+        # −3.6 %, 1K/96/64 −5.4 %; the walk alone −1.3 %, the pick with 8 heads per chunk_cumsum
+        # CTA −0.4 %; +0.5 to +1.5 % at 1K/32/64 and 2K/32/64, +2.1 % at 2K/64/64, +1.4 to +3.4 %
+        # at 1K/128/64; change 62).
         mid_short = q128 and size.seqlen <= SHORT_WALK and FEW_WALKERS < walkers < FULL_WALKERS
         if size is not None and (size.seqlen <= SHORT_WALK or walkers >= FULL_WALKERS):
             walk = replace(walk, state_segments=1)
