@@ -44,9 +44,7 @@ def _initial_state(initial_states, batch, head, nblock, seg, P: int, NB: int, HA
     return state
 
 
-def _chunk_weights(
-    dA_cumsum, dt_out, weight, batch, head, chunk, Q: int, LAT: int, WEIGHTS: bool, CTAS: int
-):  # fmt: skip
+def _chunk_weights(dA_cumsum, dt_out, weight, batch, head, chunk, Q: int, LAT: int, WEIGHTS: bool):
     """`_chunk_decays`, except that with WEIGHTS the second tile is chunk_cumsum's weights
     exp(dA_last − dA)·dt in place of dt, so that the walk's steps take no exponential per
     position (it needs dA then only for dA_last)."""
@@ -54,32 +52,19 @@ def _chunk_weights(
         index = (batch, head, chunk, 0)
         dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
         w = ct.load(weight, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
-        return dA, w, _last_decay(dA_cumsum, dA, batch, head, chunk, Q, LAT, CTAS)
-    return _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, LAT, CTAS)
+        return dA, w, ct.extract(dA, index=(Q - 1,), shape=(1,)) * LOG2E
+    return _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q, LAT)
 
 
-def _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q: int, LAT: int, CTAS: int):
+def _chunk_decays(dA_cumsum, dt_out, batch, head, chunk, Q: int, LAT: int):
     """dA and dt of a whole chunk, loaded once with the loop's latency hint so the compiler fetches
-    them ahead with x and B, and dA_last in log2 units (`_last_decay`)."""
+    them ahead with x and B, and dA_last in log2 units, taken from the dA tile rather than by a
+    load of its own ahead of the state's decay (walk −24 % at 64K/32/256, −4 to −21 % at dstate
+    128 with several mma steps a chunk; docs/performance.md, changes 27 and 28)."""
     index = (batch, head, chunk, 0)
     dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
     dt = ct.load(dt_out, index=index, shape=(1, 1, 1, Q), latency=LAT).reshape((Q,))
-    return dA, dt, _last_decay(dA_cumsum, dA, batch, head, chunk, Q, LAT, CTAS)
-
-
-def _last_decay(dA_cumsum, dA, batch, head, chunk, Q: int, LAT: int, CTAS: int):
-    """dA at the chunk's last position in log2 units, taken from the chunk's dA tile rather than
-    by a load of its own ahead of the state's decay (walk −24 % at 64K/32/256, −4 to −21 % at
-    dstate 128 with several mma steps a chunk; docs/performance.md, changes 27 and 28). A walker
-    over a cluster (CTAS > 1) loads it: its build of that `ct.extract` reads a misaligned shared
-    address on the H200 (tileiras 13.4, run 148)."""
-    if CTAS > 1:
-        last = ct.load(
-            dA_cumsum, index=(batch, head, chunk, Q - 1), shape=(1, 1, 1, 1), latency=LAT
-        ).reshape((1,))
-    else:
-        last = ct.extract(dA, index=(Q - 1,), shape=(1,))
-    return last * LOG2E
+    return dA, dt, ct.extract(dA, index=(Q - 1,), shape=(1,)) * LOG2E
 
 
 def _step_rows(chunk_tile, step, Q: int, TQ: int):
@@ -166,7 +151,6 @@ def fwd_pass_state_kernel(
     LAT: ConstInt,
     WEIGHTS: ConstBool,
     STORE_TMA: ConstBool,
-    CTAS: ConstInt,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -189,13 +173,13 @@ def fwd_pass_state_kernel(
     for chunk in range(first, last):
         _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
         dA0, dt0, dA_last0 = _chunk_weights(
-            dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS, CTAS
+            dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS
         )
         dA1, dt1, dA_last1 = dA0, dt0, dA_last0
         if HS == 2:
             _store_state(states, state1, batch, chunk, head + 1, nblock, P, NB, STORE_TMA)
             dA1, dt1, dA_last1 = _chunk_weights(
-                dA_cumsum, dt_out, weight, batch, head + 1, chunk, Q, LAT, WEIGHTS, CTAS
+                dA_cumsum, dt_out, weight, batch, head + 1, chunk, Q, LAT, WEIGHTS
             )
         if SEGMENTED:
             if nblock == 0:
@@ -303,9 +287,12 @@ def fwd_pass_state_launch(
     nblocks = -(-dstate // nb)
     hs = config.state_heads if (nheads // ngroups) % config.state_heads == 0 else 1
     walkers = batch * nheads // hs * nblocks
-    ctas = walkers * config.state_ctas
     segments, seg_len = _segments(
-        config.state_segments, nchunks, ctas, config.state_occupancy, x.device
+        config.state_segments,
+        nchunks,
+        walkers * config.state_ctas,
+        config.state_occupancy,
+        x.device,
     )
     device, f32 = x.device, torch.float32
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
@@ -328,7 +315,7 @@ def fwd_pass_state_launch(
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma), config.state_ctas,
+        bool(config.state_store_tma),
     )  # fmt: skip
     return grid, kernel, args
 
