@@ -69,7 +69,7 @@ def main() -> int:
     if args.kernel is not None and args.kernel not in KERNEL_PREFIXES:
         parser.error(f"--kernel must be one of {', '.join(KERNEL_PREFIXES)}, got {args.kernel!r}")
     from harness.inputs import meta_inputs
-    from kernels.cutile.config import with_hints
+    from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_cubin, nvdisasm, read_cubin, sass_digest
     from kernels.cutile.signatures import forward_launches, from_symbol
 
@@ -88,7 +88,7 @@ def main() -> int:
         recorded += read_symbols(args.symbols) if args.symbols else []
         for point, variant, symbol, hint in recorded:
             name, kernel, signature = from_symbol(symbol)
-            launches.append((point, variant, name, with_hints(kernel, hint), signature))
+            launches.append((point, variant, name, with_occupancy(kernel, hint), signature))
     except (OSError, ValueError) as err:
         parser.error(str(err))
     if args.kernel is not None:

@@ -21,7 +21,7 @@ import torch
 
 from kernels.cutile.chunk_cb import chunk_cb
 from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
-from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_hints
+from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.launch import follow_previous, launch
@@ -354,7 +354,7 @@ def compute_out_launch(
     if uses_chunk_kernel(config, chunk_size):
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)
-        kernel = with_hints(compute_out_chunk_kernel_8_warps, config.out_occupancy)
+        kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
         args = (
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
@@ -363,7 +363,7 @@ def compute_out_launch(
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
-    kernel = with_hints(compute_out_kernel, config.out_occupancy)
+    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = bool(config.out_cb)
     cb = (
         chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))

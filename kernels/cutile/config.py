@@ -29,9 +29,6 @@ class SSDConfig:
     # fwd_pass_state stores each chunk's state as tileiras picks, by TMA where legal (1), or with
     # plain stores (0: `allow_tma=False`; fewer instructions in some builds, more in others).
     state_store_tma: int = 1
-    # fwd_pass_state: CTAs per walker (1, 2 or 4; the `num_ctas` hint): a cluster over which
-    # tileiras splits each walker's state columns, loading x once for all of them (multicast).
-    state_ctas: int = 1
     # compute_out: output rows per CTA, causal k-tile, dstate slice per mma, CTAs per SM, heads
     # per CTA sharing one C·Bᵀ (1 or 2; 1 when heads per group is odd).
     out_block_m: int = 64
@@ -101,8 +98,6 @@ class SSDConfig:
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
-        if self.state_ctas not in (1, 2, 4):
-            raise ValueError(f"SSDConfig.state_ctas must be 1, 2 or 4, got {self.state_ctas}")
         if self.state_heads not in (1, 2):
             raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 
@@ -448,18 +443,14 @@ def inputs_default_config(kwargs: dict) -> SSDConfig:
     return forward_default_config(kwargs["x"].shape, kwargs["B"].shape[3], kwargs["chunk_size"])
 
 
-_HINTED: dict[tuple[int, int, int], object] = {}
+_HINTED: dict[tuple[int, int], object] = {}
 
 
-def with_hints(kernel, occupancy: int, num_ctas: int = 1):
-    """The kernel with an occupancy hint (0 = the compiler's choice) and, above 1, `num_ctas`
-    CTAs per block (a cluster); each such kernel keeps its JIT cache."""
-    if occupancy == 0 and num_ctas == 1:
+def with_occupancy(kernel, occupancy: int):
+    """The kernel with an occupancy hint (0 = the compiler's choice); each keeps its JIT cache."""
+    if occupancy == 0:
         return kernel
-    key = (id(kernel), occupancy, num_ctas)
+    key = (id(kernel), occupancy)
     if key not in _HINTED:
-        hints = {"occupancy": occupancy} if occupancy else {}
-        if num_ctas > 1:
-            hints["num_ctas"] = num_ctas
-        _HINTED[key] = kernel.replace_hints(**hints)
+        _HINTED[key] = kernel.replace_hints(occupancy=occupancy)
     return _HINTED[key]

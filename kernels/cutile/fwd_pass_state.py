@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_hints
+from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.launch import follow_previous, launch, sm_count
 from kernels.cutile.tiles import pow2_tile
@@ -288,11 +288,7 @@ def fwd_pass_state_launch(
     hs = config.state_heads if (nheads // ngroups) % config.state_heads == 0 else 1
     walkers = batch * nheads // hs * nblocks
     segments, seg_len = _segments(
-        config.state_segments,
-        nchunks,
-        walkers * config.state_ctas,
-        config.state_occupancy,
-        x.device,
+        config.state_segments, nchunks, walkers, config.state_occupancy, x.device
     )
     device, f32 = x.device, torch.float32
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
@@ -304,7 +300,7 @@ def fwd_pass_state_launch(
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
     grid = (nblocks, nheads // hs, batch * segments)
-    kernel = with_hints(fwd_pass_state_kernel, config.state_occupancy, config.state_ctas)
+    kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, dt_out, dA_cumsum,
         initial_states if initial_states is not None else unused,
@@ -324,13 +320,13 @@ def _segments(
     requested: int, nchunks: int, walkers: int, occupancy: int, device: torch.device
 ) -> tuple[int, int]:
     """(segments, chunks per segment). 0 asks for as many walkers as the GPU runs at once (one
-    wave: `occupancy` CTAs per SM, 0 counted as 1; `walkers` counts each walker's CTAs), since a
-    partial second or third wave costs a whole walk (H200, chunk 128: 2.9 to 7.1 % of the
-    forward at 16K-64K with dstate 64 and 128 against 4 walkers per SM, docs/performance.md,
-    change 31); with at least 4 chunks per segment so the H_s correction and segment_scan (serial
-    over the segments) stay a small share, except that up to one walker per SM is always
-    allowed: on short sequences with few walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32
-    heads), while more segments lose there (change 15)."""
+    wave: `occupancy` walkers per SM, 0 counted as 1), since a partial second or third wave
+    costs a whole walk (H200, chunk 128: 2.9 to 7.1 % of the forward at 16K-64K with dstate 64
+    and 128 against 4 walkers per SM, docs/performance.md, change 31); with at least 4 chunks
+    per segment so the H_s correction and segment_scan (serial over the segments) stay a small
+    share, except that up to one walker per SM is always allowed: on short sequences with few
+    walkers that is worth −4 to −7 % (H200, L ≤ 2K, 32 heads), while more segments lose there
+    (change 15)."""
     if requested:
         wanted = requested
     else:

@@ -27,12 +27,12 @@ def test_a_file_that_is_not_a_cubin_is_refused() -> None:
 
 def _compiled(symbol: str, occupancy: int):
     pytest.importorskip("cuda.tile")
-    from kernels.cutile.config import with_hints
+    from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_resources
     from kernels.cutile.signatures import from_symbol
 
     _, kernel, signature = from_symbol(symbol)
-    return compile_resources(with_hints(kernel, occupancy), signature)
+    return compile_resources(with_occupancy(kernel, occupancy), signature)
 
 
 def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
