@@ -243,14 +243,15 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     40; in one segment only over chunks up to 128, change 47), with its loads at latency 2 (−1.5 %
     in all at 64K/128/128, change 24); over chunks of 128, 64-column walkers at one per SM taking
     whole chunks at 6 where twice the walkers fill the GPU in one wave (one segment) and up to
-    CHAIN_SEQLEN (change 55); up to 128, one segment where FULL_WALKERS walkers fill the GPU (at 128
-    one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick at 64K/128/128,
-    change 36); from 256 on one segment (the walkers already fill the GPU, and the segment
-    correction would cost compute_out ~14 %), over chunks of 128 with 64 state columns per CTA at
-    one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change 56);
-    otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one wave
-    and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second wave,
-    and 64 otherwise.
+    CHAIN_SEQLEN (change 55), and beyond it for up to FEW_WALKERS walkers 64-column ones at two per
+    SM taking whole chunks at 8 (change 63); up to 128, one segment where FULL_WALKERS walkers fill
+    the GPU (at 128 one CTA per SM where they fit, with chunk_cb and hinted decays, the tuner's pick
+    at 64K/128/128, change 36); from 256 on one segment (the walkers already fill the GPU, and the
+    segment correction would cost compute_out ~14 %), over chunks of 128 with 64 state columns per
+    CTA at one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change
+    56); otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one
+    wave and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second
+    wave, and 64 otherwise.
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -365,6 +366,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             latency = 6
             if size.positions <= 2 * SHORT_POSITIONS:
                 out = {"out_occupancy": 2, "out_latency": 2}
+        elif long_q128 and walkers <= FEW_WALKERS:
+            # Beyond CHAIN_SEQLEN, up to FEW_WALKERS walkers take 64 columns at two CTAs per SM,
+            # whole chunks per step, at 8: half the segments of 128-column ones, so segment_scan
+            # is shorter (the tuner's pick at 8K/32/128, runs 150-153: −2.7 to −3.5 % at 8K/32,
+            # −1.5 % at 16K, −1.0 % at 32K, −0.8 % at 64K; its compute_out knobs added −0.8 % at
+            # 8K and nothing beyond; at 8K/64 the pick +5.3 %, at 4K/32 +2.4 %; change 63).
+            walk = replace(walk, state_block_n=64, state_block_q=128)
+            latency = 8
         else:
             walk = replace(walk, state_block_n=128)
         if short and q128 and 2 * walkers <= WAVE_WALKERS // 2:

@@ -215,7 +215,7 @@ def test_64_column_walkers_that_fill_the_gpu_run_one_per_sm_at_dstate_256(
      (2048, 32, 128, (1, 64, 128, 1)), (1024, 128, 128, (1, 64, 128, 2)),
      (1024, 32, 256, (1, 64, 128, 2)), (1024, 64, 256, (1, 64, 128, 2)),
      (2048, 32, 256, (0, 128, 64, 1)), (2048, 64, 256, (0, 128, 64, 2)),
-     (512, 128, 128, (1, 128, 128, 1)), (65536, 32, 128, (0, 128, 64, 2)),
+     (512, 128, 128, (1, 128, 128, 1)), (65536, 32, 128, (0, 64, 128, 2)),
      (None, 32, 128, (0, 128, 64, 2))],
 )  # fmt: skip
 def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
@@ -223,8 +223,9 @@ def test_short_walks_at_dstate_128(seqlen, nheads, chunk, walk) -> None:
     CTAs per SM; short problems (SHORT_POSITIONS) over chunks up to 128 one segment of 64-column
     walkers at one per SM where they fit one wave (change 57), other short problems 128-column
     walkers at one per SM (over longer chunks only beyond SHORT_WALK); longer walks of fewer than
-    FULL_WALKERS walkers are split into segments.
-    walk: (segments, state columns, rows per step, walk occupancy)."""
+    FULL_WALKERS walkers are split into segments (64-column walkers for up to FEW_WALKERS of them
+    over chunks of 128, change 63). walk: (segments, state columns, rows per step, walk
+    occupancy)."""
     size = None if seqlen is None else ProblemSize(1, seqlen, nheads, chunk)
     config = default_config(128, size)
     assert (
@@ -360,7 +361,7 @@ def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
      (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (6, 6, 6, 6)), (256, 32, 256, (2, 4, 4, 4)),
      (256, 31, 128, (4, 4, 2, 2)),
      (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (6, 6, 6, 6)),
-     (128, 32, 128, (2, 6, 2, 2)), (128, 64, 256, (2, 2, 2, 2)),
+     (128, 32, 128, (2, 6, 8, 8)), (128, 64, 256, (2, 2, 2, 2)),
      (64, 128, 128, (6, 6, 6, 6)), (64, 64, 128, (4, 4, 4, 4))],
 )  # fmt: skip
 def test_long_walks_take_the_latency_hint_of_their_fastest_build(
@@ -370,7 +371,8 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     128 also those at two per SM, the 64-column ones at two per SM take 2, and the one-per-SM
     walkers at dstate 128 take 6 (change 49; over chunks of 256 the last two lost), and so do the
     64-column ones at one per SM at dstate 128 (change 55: 64 heads, and 32 up to CHAIN_SEQLEN)
-    and at 256 (change 56: 32 heads, at every length). Up to CHAIN_SEQLEN those at dstate 128
+    and at 256 (change 56: 32 heads, at every length); beyond CHAIN_SEQLEN, 32 heads' 64-column
+    walkers at two per SM at dstate 128 take 8 (change 63). Up to CHAIN_SEQLEN those at dstate 128
     take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change 50). At
     dstate 64 the one-per-SM walkers take 6 at every length (change 53), the others the knobs'
     default. latencies: state_latency at 2K, 4K, 8K and 64K."""
@@ -400,7 +402,7 @@ def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems(
     [(1, 2048, 64, 128, (64, 128, 1, 6), 2), (1, 4096, 64, 128, (64, 128, 1, 6), 4),
      (1, 8192, 64, 128, (64, 128, 1, 6), 4), (1, 65536, 64, 128, (64, 128, 1, 6), 4),
      (2, 65536, 32, 128, (64, 128, 1, 6), 4), (1, 4096, 32, 128, (64, 128, 1, 6), 2),
-     (1, 8192, 32, 128, (128, 64, 2, 2), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
+     (1, 8192, 32, 128, (64, 128, 2, 8), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
      (1, 4096, 32, 256, (128, 64, 2, 2), 4), (1, 2048, 32, 256, (128, 64, 1, 2), 4),
      (1, 65536, 96, 128, (128, 64, 2, 2), 4)],
 )  # fmt: skip
@@ -411,7 +413,8 @@ def test_64_column_walkers_one_per_sm_at_dstate_128_where_they_fill_the_gpu_or_c
     walkers at one CTA per SM, whole chunks per step, at 6, where twice the walkers (batch ×
     heads) fill the GPU within one wave, so they walk in one segment, and up to CHAIN_SEQLEN
     whatever the walkers (change 55); compute_out's loads at 2 with them up to twice
-    SHORT_POSITIONS. walk: (state columns, rows per step, walk occupancy, state_latency)."""
+    SHORT_POSITIONS. Beyond CHAIN_SEQLEN, up to FEW_WALKERS walkers take 64 columns at two per SM
+    (change 63). walk: (state columns, rows per step, walk occupancy, state_latency)."""
     config = default_config(128, ProblemSize(batch, seqlen, nheads, chunk))
     got = (config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency)
     assert got == walk and config.out_latency == out_latency
@@ -629,3 +632,29 @@ def test_short_dstate_64_walks_between_few_and_full_walkers_run_one_per_sm(
     config = default_config(64, ProblemSize(batch, seqlen, nheads, chunk))
     got = (config.state_occupancy, config.state_block_q, config.state_latency, config.cumsum_heads)
     assert got == walk
+
+
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk", "walk"),
+    [(1, 8192, 32, 128, (64, 128, 2, 8, 4)), (1, 65536, 32, 128, (64, 128, 2, 8, 4)),
+     (2, 16384, 16, 128, (64, 128, 2, 8, 4)), (1, 8192, 33, 128, (128, 64, 2, 2, 8)),
+     (1, 4096, 32, 128, (64, 128, 1, 6, 2)), (1, 8192, 32, 256, (128, 64, 2, 2, 8)),
+     (1, 65536, 96, 128, (128, 64, 2, 2, 2))],
+)  # fmt: skip
+def test_few_walkers_beyond_chain_seqlen_at_dstate_128_take_64_columns_at_two_per_sm(
+    batch, seqlen, nheads, chunk, walk
+) -> None:
+    """Beyond CHAIN_SEQLEN over chunks of 128, up to FEW_WALKERS walkers at dstate 128 take 64
+    state columns at two CTAs per SM, whole chunks per step, at 8, which halves their segments on
+    an H200 (change 63: −2.7 to −3.5 % at 8K/32/128); with more walkers, over chunks of 256, or
+    up to CHAIN_SEQLEN (change 55) not. walk: (state columns, rows per step, walk occupancy,
+    state_latency, segments on 132 SMs)."""
+    from kernels.cutile.fwd_pass_state import _segments
+    from kernels.cutile.launch import recorded
+
+    config = default_config(128, ProblemSize(batch, seqlen, nheads, chunk))
+    ctas = batch * nheads * 128 // config.state_block_n
+    with recorded(132):
+        segments, _ = _segments(0, seqlen // chunk, ctas, config.state_occupancy, None)
+    got = (config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency)
+    assert got + (segments,) == walk
