@@ -277,8 +277,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     the diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
 
     chunk_cumsum takes 8 heads per CTA, 4 for short problems of up to FEW_CUMSUM_HEADS heads
-    (change 61) and before the short dstate-64 walks of more than FEW_WALKERS that run one per SM
-    (change 62).
+    (change 61), before the short dstate-64 walks of more than FEW_WALKERS that run one per SM
+    (change 62) and before change 57's short dstate-128 walks (change 64).
     """
     short = int(size is not None and size.positions <= SHORT_POSITIONS)
     chained = short or int(
@@ -382,10 +382,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # 1K/32/128 (H200, against 128-column walkers one per SM: −11.0 % in all at
             # 1K/32/128, the walk 11 → 8 µs; −8.3 % at 1K/64/128; −6.7 % at 2K/32/128, one
             # segment instead of several, no segment_scan). The pick's compute_out latency 6
-            # added nothing (change 57).
+            # added nothing (change 57). chunk_cumsum before them takes 4 heads per CTA (the
+            # walk starts sooner: −1.8 to −2.2 % in three runs at 1K/64/128, −1.9 % at 1K/48/128;
+            # outside these walks −0.6 % at 1K/128/128 and +1.0 % at 2K/64/128; runs 144, 146
+            # and 154, change 64).
             walk = replace(
-                walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1
-            )
+                walk, state_block_n=64, state_block_q=128, state_segments=1, state_occupancy=1,
+                cumsum_heads=4,
+            )  # fmt: skip
         elif short and not (size.seqlen <= SHORT_WALK and size.chunk_size > 128):
             # Other short walks of 128 columns at one CTA per SM (up to 255 registers) beat two
             # per SM's (H200, chunk 128, before change 57: −9.9 to −10.9 % at 1K/64/128, −2.5 to

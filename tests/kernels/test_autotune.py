@@ -616,6 +616,21 @@ def test_chunk_cumsum_takes_four_heads_per_cta_for_short_problems_of_few_heads(
 
 
 @pytest.mark.parametrize(
+    ("seqlen", "nheads", "chunk", "heads"),
+    [(1024, 64, 128, 4), (1024, 48, 128, 4), (1024, 33, 128, 4), (1024, 128, 128, 8),
+     (1024, 64, 256, 8), (2048, 64, 128, 8), (4096, 32, 128, 8)],
+)  # fmt: skip
+def test_chunk_cumsum_takes_four_heads_per_cta_before_short_one_per_sm_walks_at_dstate_128(
+    seqlen, nheads, chunk, heads
+) -> None:
+    """Before change 57's walks (short problems over chunks of 128 whose 64-column walkers fit
+    one wave at one CTA per SM) chunk_cumsum takes 4 heads per CTA whatever the heads (change 64:
+    −1.8 to −2.2 % at 1K/64/128); outside them, beyond FEW_CUMSUM_HEADS, 8."""
+    config = default_config(128, ProblemSize(1, seqlen, nheads, chunk))
+    assert config.cumsum_heads == heads
+
+
+@pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "chunk", "walk"),
     [(1, 1024, 64, 128, (1, 128, 2, 4)), (2, 1024, 32, 128, (1, 128, 2, 4)),
      (1, 1024, 33, 128, (1, 128, 2, 4)), (1, 1024, 127, 128, (1, 128, 2, 4)),
