@@ -198,7 +198,9 @@ FULL_WALKERS = 128
 # Up to dstate 64, walks of at most this many walkers (a quarter of an H200's SMs, one head each)
 # up to 2 * SHORT_WALK over chunks of 128 take the loads' latency hint 2 (H200: −2.9 to −3.8 % in
 # four runs at 1K/32/64, −2.2 to −2.7 % in three at 2K/32/64; at 4K, with 64 or 128 heads, or
-# over chunks of 256 −0.7 to +1.1 %; docs/performance.md, change 52).
+# over chunks of 256 −0.7 to +1.1 %; docs/performance.md, change 52). At dstate 128 beyond
+# CHAIN_SEQLEN over chunks of 128, walks of at most this many heads take 64-column walkers at two
+# per SM, half the segments of 128-column ones (8K/32/128: −3.0 to −3.5 %, change 63).
 FEW_WALKERS = 32
 
 # The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
