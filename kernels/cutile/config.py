@@ -199,8 +199,8 @@ FULL_WALKERS = 128
 # up to 2 * SHORT_WALK over chunks of 128 take the loads' latency hint 2 (H200: −2.9 to −3.8 % in
 # four runs at 1K/32/64, −2.2 to −2.7 % in three at 2K/32/64; at 4K, with 64 or 128 heads, or
 # over chunks of 256 −0.7 to +1.1 %; docs/performance.md, change 52). At dstate 128 beyond
-# CHAIN_SEQLEN over chunks of 128, walks of at most this many heads take 64-column walkers at two
-# per SM, half the segments of 128-column ones (8K/32/128: −3.0 to −3.5 %, change 63).
+# CHAIN_SEQLEN over chunks of 128, at most this many walkers (batch × heads) take 64 state columns
+# each at two per SM, half the segments of 128-column ones (8K/32/128: −3.0 to −3.5 %, change 63).
 FEW_WALKERS = 32
 
 # The chunk kernel at dstate 256 takes the most heads per CTA, up to CHUNK_MAX_HEADS, that leave
@@ -372,8 +372,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # Beyond CHAIN_SEQLEN, up to FEW_WALKERS walkers take 64 columns at two CTAs per SM,
             # whole chunks per step, at 8: half the segments of 128-column ones, so segment_scan
             # is shorter (the tuner's pick at 8K/32/128, runs 150-153: −2.7 to −3.5 % at 8K/32,
-            # −1.5 % at 16K, −1.0 % at 32K, −0.8 % at 64K; its compute_out knobs added −0.8 % at
-            # 8K and nothing beyond; at 8K/64 the pick +5.3 %, at 4K/32 +2.4 %; change 63).
+            # −1.5 % at 16K, −1.0 % at 32K, −0.8 % at 64K; the pick's compute_out knobs on top
+            # −0.6 % at 8K, +0.2 to +0.5 % at 16K-32K; at 8K/64 the pick +5.3 %, at 4K/32 +2.4 %;
+            # change 63).
             walk = replace(walk, state_block_n=64, state_block_q=128)
             latency = 8
         else:
