@@ -33,7 +33,6 @@ from kernels.cutile.out_tiles import (
     c_times_b,
     carried_state,
     causal_weight,
-    chunk_at,
     finish,
     k_decays,
     x_tile,
@@ -168,12 +167,12 @@ def compute_out_kernel(
 ):
     follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
+    row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
     group = head // heads_per_group
     blocks_per_chunk = Q // TM
-    chunk = chunk_at(ct.bid(1) // blocks_per_chunk, dA_cumsum.shape[2], seg_len)
-    m_block = ct.bid(1) % blocks_per_chunk
-    row_block = chunk * blocks_per_chunk + m_block  # TM-row block along the sequence
+    chunk = row_block // blocks_per_chunk
+    m_block = row_block % blocks_per_chunk
     slices = N // NS
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
 

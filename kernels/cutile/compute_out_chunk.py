@@ -17,7 +17,6 @@ from kernels.cutile.out_tiles import (
     c_times_b,
     carried_state,
     causal_weight,
-    chunk_at,
     finish,
     k_decays,
     x_tile,
@@ -55,7 +54,7 @@ def compute_out_chunk_kernel(
     FOLD: ConstBool,
 ):
     head0 = ct.bid(0) * HL
-    chunk = chunk_at(ct.bid(1), dA_cumsum.shape[2], seg_len)
+    chunk = ct.bid(1)
     batch = ct.bid(2)
     group = head0 // heads_per_group
     slices = N // NS

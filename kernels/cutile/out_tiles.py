@@ -17,20 +17,6 @@ from kernels.cutile.decay import LOG2E, exp2
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
 
-def chunk_at(order, nchunks, seg_len):
-    """The chunk a CTA at place `order` of the grid's chunk axis works on: the walk's last chunks
-    first. The walk runs its segments side by side, so when it ends the L2 holds the x tiles it
-    read and the states it wrote at the end of every segment; taking those chunks first reads
-    them from the L2 before the output's stores evict them. The nth chunk from each segment's end
-    comes after the (n−1)th of all segments; where the last segment is shorter, plain reverse
-    order (the last segment's tail only)."""
-    segments = nchunks // seg_len
-    chunk = nchunks - 1 - order
-    if segments * seg_len == nchunks:
-        chunk = (order % segments) * seg_len + seg_len - 1 - order // segments
-    return chunk
-
-
 def c_slice(C, batch, row_block, group, s, TM: int, NS: int, mma_dtype):
     """The (TM, NS) tile of C at row block `row_block` and dstate slice `s`, as mma operand."""
     return (
