@@ -13,6 +13,7 @@ from __future__ import annotations
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.indices import split_index
 from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
@@ -35,8 +36,7 @@ def chunk_cb_kernel(
 ):
     follow_previous(CHAINED)
     row_block = ct.bid(0)  # TM-row block along the sequence
-    group = ct.bid(1) % ngroups
-    batch = ct.bid(1) // ngroups
+    batch, group = split_index(ct.bid(1), ngroups, C.shape[0])
     blocks_per_chunk = Q // TM
     chunk = row_block // blocks_per_chunk
     m_block = row_block % blocks_per_chunk

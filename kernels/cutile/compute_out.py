@@ -24,6 +24,7 @@ from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
+from kernels.cutile.indices import group_of
 from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.out_tiles import (
     D_NONE,
@@ -169,7 +170,7 @@ def compute_out_kernel(
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
-    group = head // heads_per_group
+    group = group_of(head, heads_per_group, B.shape[2])
     blocks_per_chunk = Q // TM
     chunk = row_block // blocks_per_chunk
     m_block = row_block % blocks_per_chunk

@@ -12,6 +12,7 @@ from __future__ import annotations
 import cuda.tile as ct
 
 from kernels.cutile.decay import exp2
+from kernels.cutile.indices import group_of
 from kernels.cutile.out_tiles import (
     c_slice,
     c_times_b,
@@ -56,7 +57,7 @@ def compute_out_chunk_kernel(
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
     batch = ct.bid(2)
-    group = head0 // heads_per_group
+    group = group_of(head0, heads_per_group, B.shape[2])
     slices = N // NS
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
 

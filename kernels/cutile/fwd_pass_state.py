@@ -23,6 +23,7 @@ import torch
 
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
+from kernels.cutile.indices import group_of, split_index
 from kernels.cutile.launch import follow_previous, launch, sm_count
 from kernels.cutile.tiles import pow2_tile
 
@@ -155,9 +156,8 @@ def fwd_pass_state_kernel(
     follow_previous(CHAINED)
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
-    batch = ct.bid(2) // segments
-    seg = ct.bid(2) % segments
-    group = head // heads_per_group
+    batch, seg = split_index(ct.bid(2), segments, x.shape[0])
+    group = group_of(head, heads_per_group, B.shape[2])
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
     steps = Q // TQ
     first = seg * seg_len
