@@ -106,6 +106,15 @@ CASES = {
         FP32_Z_RAGGED,
         {"state_weights": 1, "state_weight_x": 0, "state_segments": 3},
     ),
+    # More than one batch entry: the branches of kernels/cutile/indices.py that divide.
+    "two-batch-entries-cb-segments": (
+        replace(SMALL, batch=2),
+        {"out_cb": 1, "state_segments": 3},
+    ),
+    "two-batch-entries-chunk-kernel": (
+        replace(SMALL, batch=2, chunk_size=128),
+        {"out_chunk_heads": 4, "out_occupancy": 1, "state_segments": 2},
+    ),
     # The walk's state stores without TMA.
     "walk-plain-state-stores-two-heads": (SMALL, {"state_store_tma": 0, "state_heads": 2}),
     "walk-plain-state-stores-fp32-z-ragged": (FP32_Z_RAGGED, {"state_store_tma": 0}),
