@@ -13,7 +13,6 @@ from __future__ import annotations
 import cuda.tile as ct
 
 from kernels.cutile.decay import LOG2E, exp2
-from kernels.cutile.indices import segment_of
 
 D_NONE, D_PER_HEAD, D_PER_HEAD_DIM = 0, 1, 2
 
@@ -102,7 +101,7 @@ def carried_state(
         C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
     )
     if SEGMENTED:
-        seg = segment_of(chunk, seg_len)
+        seg = chunk // seg_len
         if seg > 0:
             scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1))
             acc = acc + scale.reshape((1, 1)) * c_times_state(
@@ -132,14 +131,13 @@ def folded_state(
     same errors; docs/performance.md, change 38); H of segment 0 is zero (segment_scan), so no
     branch."""
     scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1)).reshape((1, 1))
-    seg = segment_of(chunk, seg_len)
     acc = ct.zeros((TM, P), dtype=ct.float32)
     for s in range(slices):
         c_s = c_first
         if s > 0:
             c_s = c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
         local = state_slice(states, batch, chunk, head, s, P, NS)
-        start = state_slice(seg_start, batch, seg, head, s, P, NS)
+        start = state_slice(seg_start, batch, chunk // seg_len, head, s, P, NS)
         folded = local + scale.astype(local.dtype) * start
         acc = ct.mma(c_s, folded.astype(mma_dtype), acc)
     return acc
