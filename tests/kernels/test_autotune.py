@@ -14,6 +14,8 @@ import torch
 from kernels.cutile import autotune
 from kernels.cutile import config as config_module
 from kernels.cutile.config import DEFAULT_CONFIG, ProblemSize, SSDConfig, default_config
+from kernels.cutile.fwd_pass_state import _segments
+from kernels.cutile.launch import recorded
 
 
 def test_candidates_respect_problem_sizes() -> None:
@@ -664,9 +666,6 @@ def test_few_walkers_beyond_chain_seqlen_at_dstate_128_take_64_columns_at_two_pe
     an H200 (change 63: −2.7 to −3.5 % at 8K/32/128); with more walkers, over chunks of 256, or
     up to CHAIN_SEQLEN (change 55) not. walk: (state columns, rows per step, walk occupancy,
     state_latency, segments on 132 SMs)."""
-    from kernels.cutile.fwd_pass_state import _segments
-    from kernels.cutile.launch import recorded
-
     config = default_config(128, ProblemSize(batch, seqlen, nheads, chunk))
     ctas = batch * nheads * 128 // config.state_block_n
     with recorded(132):
