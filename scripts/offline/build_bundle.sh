@@ -2,7 +2,7 @@
 # Build the offline bundle for GPU nodes without internet, once per machine.
 #
 # The bundle holds what a GPU node's image lacks (see README "Offline GPU nodes"):
-#   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice 13.4, the only files cuTile needs from the
+#   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice ($TOOLCHAIN, default below), the only files cuTile needs from the
 #                     nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm wheels (223 MB raw, ~57 MiB xz)
 #   wheels/           cuda-tile, hydra-core, omegaconf, antlr4 runtime, mamba-ssm (no CUDA ext),
 #                     submitit and its Hydra launcher; pure Python except cuda-tile
@@ -14,7 +14,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-.offline}
 py=${BUNDLE_PYTHON_VERSION:-3.12}
-key=$(cat "$here/build_bundle.sh" "$here/install.sh" | sha256sum | cut -c1-12)
+toolchain=${TOOLCHAIN:-13.4.92}
+key=$( (cat "$here/build_bundle.sh" "$here/install.sh"; echo "$toolchain") | sha256sum | cut -c1-12)
 cache=${SSDBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ssdbench}/offline-bundle-py$py-$key
 pip=(python3 -m pip)
 
@@ -25,7 +26,7 @@ if [ ! -f "$cache/.complete" ]; then
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
   "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache.tmp/dl" \
-    nvidia-cuda-tileiras==13.4.92 nvidia-cuda-nvcc==13.4.92 nvidia-nvvm==13.4.92
+    nvidia-cuda-tileiras=="$toolchain" nvidia-cuda-nvcc=="$toolchain" nvidia-nvvm=="$toolchain"
   "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache.tmp/wheels" \
     cuda-tile==1.7.0 hydra-core==1.3.8 omegaconf==2.3.0 submitit==1.5.4 \
     hydra-submitit-launcher==1.2.0
