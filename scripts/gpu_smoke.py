@@ -1,7 +1,7 @@
 """GPU smoke test for a node set up from the offline bundle (README, "Offline GPU nodes").
 
 Shows, with nothing but the bundle and the node's own torch/triton: a trivial cuTile kernel
-compiles (tileiras 13.4) and runs; mamba_ssm's Triton forward agrees with our float64 reference at
+compiles (tileiras 13.5) and runs; mamba_ssm's Triton forward agrees with our float64 reference at
 a real shape (bf16, L=4096, H=64, P=64, N=128); our cuTile SSD forward agrees too.
 Exit status 0 only if every check passes.
 """

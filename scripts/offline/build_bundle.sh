@@ -2,8 +2,9 @@
 # Build the offline bundle for GPU nodes without internet, once per machine.
 #
 # The bundle holds what a GPU node's image lacks (see README "Offline GPU nodes"):
-#   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice ($TOOLCHAIN, default below), the only files cuTile needs from the
-#                     nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm wheels (223 MB raw, ~57 MiB xz)
+#   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice of release $TOOLCHAIN (default below), the
+#                     only files cuTile needs from the nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm
+#                     wheels (13.5.37: 232 MB raw, 60.2 MiB xz)
 #   wheels/           cuda-tile, hydra-core, omegaconf, antlr4 runtime, mamba-ssm (no CUDA ext),
 #                     submitit and its Hydra launcher; pure Python except cuda-tile
 #   install.sh        the node-side installer (copied from scripts/offline/install.sh)
@@ -14,7 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-.offline}
 py=${BUNDLE_PYTHON_VERSION:-3.12}
-toolchain=${TOOLCHAIN:-13.4.92}
+toolchain=${TOOLCHAIN:-13.5.37}
 key=$( (cat "$here/build_bundle.sh" "$here/install.sh"; echo "$toolchain") | sha256sum | cut -c1-12)
 cache=${SSDBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ssdbench}/offline-bundle-py$py-$key
 pip=(python3 -m pip)
@@ -57,7 +58,8 @@ fi
 rm -rf "$out" && mkdir -p "$out" && cp -r "$cache"/. "$out"/
 size=$(du -sm "$out" | cut -f1)
 echo "offline bundle ready in $out (${size} MiB; cached in $cache)"
-if [ "$size" -ge 60 ]; then
-  echo "error: bundle is ${size} MiB, over the 60 MiB budget" >&2
+# A device call carries 64 MiB; the tree without its results/ folders is about 1.3 MiB.
+if [ "$size" -gt 61 ]; then
+  echo "error: bundle is ${size} MiB, over the 61 MiB budget" >&2
   exit 1
 fi

@@ -31,5 +31,5 @@ def test_missing_tileiras_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_pip_tileiras_is_found_here() -> None:
-    """This venv installs nvidia-cuda-tileiras 13.4 (pyproject), so CI compiles with it."""
-    assert "release 13.4" in (toolchain.tileiras_version() or "")
+    """This venv installs nvidia-cuda-tileiras 13.5 (pyproject), so CI compiles with it."""
+    assert "release 13.5" in (toolchain.tileiras_version() or "")
