@@ -4,7 +4,7 @@
 # The bundle holds what a GPU node's image lacks (see README "Offline GPU nodes"):
 #   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice of release $TOOLCHAIN (default below), the
 #                     only files cuTile needs from the nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm
-#                     wheels (13.5.37: 232 MB raw, 60.2 MiB xz)
+#                     wheels (13.5.37: 232 MB raw, 59.2 MiB xz)
 #   wheels/           cuda-tile, hydra-core, omegaconf, antlr4 runtime, mamba-ssm (no CUDA ext),
 #                     submitit and its Hydra launcher; pure Python except cuda-tile
 #   install.sh        the node-side installer (copied from scripts/offline/install.sh)
