@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the offline bundle on a GPU node with no network, into PREFIX, and write PREFIX/env.sh.
 # Usage: install.sh BUNDLE_DIR PREFIX ; then: source PREFIX/env.sh
-# env.sh puts the bundle's tileiras first on PATH and its libnvvm on LD_LIBRARY_PATH, adds the wheels to
-# PYTHONPATH, and unsets CUDA_HOME/CUDA_PATH: with them set, tileiras loads the image's older
-# libnvvm and every cuTile compile fails with "failed to compile Tile IR program" (exit 5).
+# env.sh puts the bundle's tileiras first on PATH and its libnvvm on LD_LIBRARY_PATH, adds the
+# wheels to PYTHONPATH, and unsets CUDA_HOME/CUDA_PATH: with them set, tileiras 13.4 loaded the
+# image's older libnvvm and every cuTile compile failed with "failed to compile Tile IR program"
+# (exit 5).
 set -euo pipefail
 bundle=$(cd "${1:?usage: install.sh BUNDLE_DIR PREFIX}" && pwd)
 prefix=${2:?usage: install.sh BUNDLE_DIR PREFIX}
