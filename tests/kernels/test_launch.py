@@ -13,16 +13,22 @@ from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.ssd import launch_forward  # noqa: E402
 
 
-def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
-    """(kernel function name, launched as a programmatic dependent) of one forward, in order: 64
-    heads, dstate 64, 8 chunks of 128."""
+def _recorded(config: SSDConfig, sms: int = 132) -> list[tuple]:
+    """The recorded launches of one forward, in order: 64 heads, dstate 64, 8 chunks of 128."""
     kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
     with launch.recorded(sms) as recording:
         launch_forward(
             kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["chunk_size"], kw["D"], kw["z"],
             kw["dt_bias"], kw["initial_states"], kw["dt_softplus"], kw["dt_limit"], config,
         )  # fmt: skip
-    return [(kernel._pyfunc.__name__, dependent) for _, kernel, _, dependent in recording.launches]
+    return recording.launches
+
+
+def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
+    """(kernel function name, launched as a programmatic dependent) of one forward, in order."""
+    return [
+        (kernel._pyfunc.__name__, dependent) for _, kernel, _, dependent in _recorded(config, sms)
+    ]
 
 
 def test_the_walk_its_scan_chunk_cb_and_compute_out_follow_as_dependents() -> None:
@@ -51,3 +57,15 @@ def test_the_recorded_sm_count_decides_the_automatic_segments() -> None:
     assert [n for n, _ in _launches(SSDConfig(), sms=132)].count("segment_scan_kernel") == 1
     assert [n for n, _ in _launches(SSDConfig(), sms=1)].count("segment_scan_kernel") == 0
     assert launch._recording is None  # recording ends with its block
+
+
+@pytest.mark.parametrize(
+    "config",
+    [SSDConfig(state_occupancy=1, out_occupancy=2), SSDConfig(out_chunk_heads=4, out_occupancy=1)],
+    ids=["hinted", "chunk-kernel"],
+)
+def test_every_forward_launches_the_same_kernel_objects(config: SSDConfig) -> None:
+    """A hinted kernel made anew per call drops the last one's compiled library, and unloading it
+    during CUDA-graph capture aborts the process (run 163). So hinted kernels are made once."""
+    first, second = _recorded(config), _recorded(config)
+    assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
