@@ -65,10 +65,14 @@ class Tune(Enum):
 
 class TritonAutotune(Enum):
     """once: Triton's picks persist across points with one autotune key (its own behaviour);
-    per_point: they are forgotten before every point, so each point is tuned for its own shape."""
+    per_point: they are forgotten before every point, so each point is tuned for its own shape;
+    twice: per_point, and each point (at each chunk length) is tuned twice, both sets of picks
+    are checked, and the one faster in a short screening of the whole forward is timed (the
+    autotuner times each kernel alone, and its picks at µs-scale kernels vary between tunings)."""
 
     once = "once"
     per_point = "per_point"
+    twice = "twice"
 
 
 class ChunkPolicy(Enum):

@@ -38,6 +38,17 @@ Prepare = Callable[[list[Problem], str], dict]
 
 
 @dataclass(frozen=True)
+class SelfTuning:
+    """A provider that tunes itself at its first call of each shape (Triton's autotuner), as the
+    runner drives it under triton_autotune: forget every pick (the next call tunes again), take a
+    snapshot of the picks made so far, and put a snapshot back (calls then run with its picks)."""
+
+    forget: Callable[[], None]
+    snapshot: Callable[[], object]
+    restore: Callable[[object], None]
+
+
+@dataclass(frozen=True)
 class Provider:
     """One implementation of `ssd_forward`.
 
@@ -50,6 +61,8 @@ class Provider:
         tune); what it returns is recorded in the rows' tuning column.
     tuning_report: what the implementation chose by itself in the call just made (e.g. Triton's
         autotuner picks), merged into the tuning column under "picks".
+    self_tuning: how to make it tune again and keep one set of its picks (None: it does not tune
+        itself); the run's triton_autotune policy applies to it.
     prepare: does once, before a sweep times any point, what each point's first call would do
         one at a time (cuTile: compile the kernels it will launch, in parallel processes); None:
         nothing to prepare. It changes no result, only how long the sweep takes.
@@ -64,6 +77,7 @@ class Provider:
     supports: Callable[[Problem], str | None] = _supports_everything
     tuner: Tuner | None = None
     tuning_report: Callable[[], dict] | None = None
+    self_tuning: SelfTuning | None = None
     prepare: Prepare | None = None
     matmul_policy: str = ""
 
@@ -150,6 +164,11 @@ register(
         devices=("cpu", "cuda") if triton_ssd.interpreter_requested() else ("cuda",),
         kernel_prefixes=triton_ssd.KERNEL_NAMES,
         tuning_report=triton_ssd.autotune_picks,
+        self_tuning=SelfTuning(
+            forget=triton_ssd.reset_autotuning,
+            snapshot=triton_ssd.autotune_state,
+            restore=triton_ssd.restore_autotuning,
+        ),
         matmul_policy=triton_ssd.MATMUL_POLICY,
     )
 )

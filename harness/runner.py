@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import json
 import math
 import os
@@ -46,6 +47,7 @@ from harness.config import (
 )
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes, output_bytes
+from harness.providers import SelfTuning
 from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
 OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
@@ -94,6 +96,35 @@ class Outcome:
 
     def fail(self, status: str, error: str) -> None:
         self.status, self.error = status, error
+
+
+@dataclass
+class Candidate:
+    """One way a provider may run a point, checked and waiting for the screening: its chunk
+    length (in the outcome), its tuning (0 or 1) and that tuning's picks (triton_autotune=twice,
+    else None)."""
+
+    outcome: Outcome
+    call: Call
+    tuning: int = 0
+    picks: object = None
+
+    def label(self) -> str:
+        """The screening's name for it: the chunk length, marked when it is the second tuning."""
+        return f"{self.outcome.chunk_size}{' retuned' if self.tuning else ''}"
+
+    def screened(self, self_tuning: SelfTuning | None) -> Call:
+        """The call to screen, putting its picks back first: in graph mode only while capturing,
+        in an eager screening a few µs in every sample of both tunings. The call timed
+        afterwards has no such step (its picks are put back once, before)."""
+        if self.picks is None:
+            return replace(self.call, name=self.label())
+
+        def run() -> object:
+            self_tuning.restore(self.picks)
+            return self.call.fn()
+
+        return replace(self.call, name=self.label(), fn=run)
 
 
 def reference_gib(p: Problem) -> float:
@@ -299,11 +330,10 @@ class Sweep:
         self, problem: Problem, todo: list[providers.Provider], outcomes: dict[str, Outcome]
     ) -> None:
         inputs = make_inputs(problem, self.cfg.seed, self.device)
-        per_point = self.cfg.triton_autotune is TritonAutotune.per_point
-        if per_point and any(p.name == "triton" for p in todo):
-            from kernels import triton_ssd
-
-            triton_ssd.reset_autotuning()
+        if self.cfg.triton_autotune is not TritonAutotune.once:
+            for p in todo:
+                if p.self_tuning is not None:
+                    p.self_tuning.forget()
         calls = self._check(problem, inputs, todo, outcomes)
         del inputs  # each call holds its own copy
         for mode in (m.value for m in self.cfg.timing.modes):
@@ -362,7 +392,9 @@ class Sweep:
         outcomes: dict[str, Outcome],
     ) -> list[Call]:
         """Run each provider on its own copy of the inputs and judge the answer, once per chunk
-        length it may run (chunk_policy); with two lengths that both pass, keep the faster.
+        length it may run (chunk_policy) and, for a self-tuning provider under
+        triton_autotune=twice, once per tuning; with more than one candidate that passes, keep
+        the fastest.
 
         Returns the calls to time (those that ran). Without the float64 reference, the fallback
         provider runs first and the others are compared with it; it is itself only checked for
@@ -375,8 +407,11 @@ class Sweep:
             todo = sorted(todo, key=lambda p: p.name != fallback)
         calls = []
         for p in todo:
-            tried: list[tuple[Outcome, Call]] = []
-            for chunk in self._chunk_lengths(problem, p):
+            twice = p.self_tuning is not None and self.cfg.triton_autotune is TritonAutotune.twice
+            tried: list[Candidate] = []
+            for chunk, tuning in itertools.product(
+                self._chunk_lengths(problem, p), range(2 if twice else 1)
+            ):
                 outcome = outcomes[p.name] = Outcome(chunk_size=chunk)  # the culprit's, if any
                 try:
                     fn = self._load(p)
@@ -384,6 +419,8 @@ class Sweep:
                     if p.tuner is not None:
                         extra, outcome.tuning = p.tuner(kwargs, self.cfg.tune.value)
                         fn = functools.partial(fn, **extra)
+                    if tuning:  # tune again; the first tuning's picks are in its snapshot
+                        p.self_tuning.forget()
                     if self.on_cuda:
                         correctness.poison_cuda_allocator(self.device, output_bytes(problem))
                     result = fn(**kwargs)
@@ -403,15 +440,15 @@ class Sweep:
                     if chunk != problem.chunk_size:
                         outcome.error = f"at chunk_size {chunk}: {outcome.error}"
                     break
-                tried.append(
-                    (outcome, Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes))
-                )
+                call = Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes)
+                picks = p.self_tuning.snapshot() if twice else None
+                tried.append(Candidate(outcome, call, tuning, picks))
             if outcomes[p.name].status != "ok":
                 continue
-            outcome, call = self._fastest(tried) if len(tried) > 1 else tried[0]
-            outcomes[p.name] = outcome
+            chosen = self._fastest(tried, p.self_tuning) if len(tried) > 1 else tried[0]
+            outcomes[p.name] = chosen.outcome
             self._health(p.name)  # the screening may have broken the context
-            calls.append(call)
+            calls.append(chosen.call)
         return calls
 
     def prepare(self, todo: list[tuple[Problem, list[providers.Provider]]]) -> dict[str, dict]:
@@ -447,24 +484,37 @@ class Sweep:
                 lengths.append(half)
         return lengths
 
-    def _fastest(self, tried: list[tuple[Outcome, Call]]) -> tuple[Outcome, Call]:
-        """The chunk length that ran fastest in a short screening (graph mode when the run times
-        it; a length whose screening failed counts as infinitely slow), with every length's
-        screening median added to its tuning record."""
+    def _fastest(self, tried: list[Candidate], self_tuning: SelfTuning | None) -> Candidate:
+        """The candidate that ran fastest in a short screening (graph mode when the run times it;
+        one whose screening failed counts as infinitely slow). Its tuning record gets the
+        screening medians: per chunk length (the faster tuning's) when more than one length was
+        tried, per tuning when there were two; its picks are put back for the timing."""
         modes = [m.value for m in self.cfg.timing.modes]
         mode = "graph" if "graph" in modes else modes[0]
-        renamed = [replace(call, name=str(o.chunk_size)) for o, call in tried]
-        screened = measure(renamed, mode, SCREEN, self.timer)
+        screened = measure([c.screened(self_tuning) for c in tried], mode, SCREEN, self.timer)
         if any(m.error for m in screened):
             self._free()
         times = [m.summary.median if m.summary else math.inf for m in screened]
-        outcome, call = tried[times.index(min(times))]
-        outcome.tuning["chunk_size"] = outcome.chunk_size
-        outcome.tuning["chunk_screen_ms"] = {
+        chosen = tried[times.index(min(times))]
+        if chosen.picks is not None:
+            self_tuning.restore(chosen.picks)
+        record = {
             m.name: round(t, 5) if math.isfinite(t) else m.error
             for m, t in zip(screened, times, strict=True)
         }
-        return outcome, call
+        tuning = chosen.outcome.tuning
+        if len({c.outcome.chunk_size for c in tried}) > 1:
+            tuning["chunk_size"] = chosen.outcome.chunk_size
+            per_chunk: dict[str, tuple[float, object]] = {}  # the faster tuning's, per length
+            for c, t, m in zip(tried, times, screened, strict=True):
+                key = str(c.outcome.chunk_size)
+                if key not in per_chunk or t < per_chunk[key][0]:
+                    per_chunk[key] = (t, record[m.name])
+            tuning["chunk_screen_ms"] = {key: value for key, (_, value) in per_chunk.items()}
+        if chosen.picks is not None:
+            tuning["autotune_screen_ms"] = record
+            tuning["autotune_kept"] = chosen.label()
+        return chosen
 
     def _judge(self, problem: Problem, result: object, expected: object, outcome: Outcome) -> None:
         """Fill the outcome's errors and status from the answer (NaN never passes)."""

@@ -113,6 +113,18 @@ def reset_autotuning() -> None:
         tuner.cache.clear()
 
 
+def autotune_state() -> dict[str, dict]:
+    """A copy of every kernel's picks so far (tuning key -> Config), for restore_autotuning."""
+    return {name: dict(tuner.cache) for name, tuner in _autotuners().items()}
+
+
+def restore_autotuning(state: dict[str, dict]) -> None:
+    """Put back the picks of an autotune_state: shapes it holds run with them, untuned."""
+    for name, tuner in _autotuners().items():
+        tuner.cache.clear()
+        tuner.cache.update(state[name])
+
+
 def autotune_picks() -> dict[str, str]:
     """The config each forward kernel ran with in its latest call, by kernel name.
 

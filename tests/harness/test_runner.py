@@ -429,18 +429,88 @@ def test_final_states_are_checked(tmp_path: Path) -> None:
     assert set(bad["status"]) == {"wrong"} and bad["error"].str.startswith("final_rel_err 1").all()
 
 
-def test_per_point_triton_autotuning_is_reset_and_recorded(tmp_path: Path, monkeypatch) -> None:
-    from kernels import triton_ssd
+class FakeAutotuner:
+    """A provider that tunes itself as Triton does: its first call after `forget` picks the next
+    of `picks` (in turn) and later calls run with that pick; a "slow" pick sleeps 100 ms."""
 
-    resets = []
-    monkeypatch.setattr(triton_ssd, "reset_autotuning", lambda: resets.append(1))
-    cfg = make_cfg(tmp_path, ["triton", "good"], "triton_autotune=per_point", "tune=force")
-    df, _ = records.load_run(sweep(cfg))
-    assert len(resets) == 2  # before each point
-    tunings = [json.loads(t) for t in by(df, "triton")["tuning"]]
-    assert all(t["triton_autotune"] == "per_point" for t in tunings)
-    assert all("matmul_policy" in t for t in tunings)
-    assert set(by(df, "good")["tuning"]) == {'{"matmul_policy": "", "chunk_policy": "fixed"}'}
+    def __init__(self, picks: list[str]) -> None:
+        self.picks, self.turn = picks, 0
+        self.pick: str | None = None
+        self.forgets = 0
+
+    def forget(self) -> None:
+        self.pick, self.forgets = None, self.forgets + 1
+
+    def restore(self, pick: str | None) -> None:
+        self.pick = pick
+
+    def forward(self, **kwargs):
+        if self.pick is None:
+            self.pick, self.turn = self.picks[self.turn % len(self.picks)], self.turn + 1
+        if self.pick == "slow":
+            time.sleep(0.1)
+        return _answer()(**kwargs)
+
+    def provider(self) -> Provider:
+        return dataclasses.replace(
+            fake("triton", self.forward),
+            tuning_report=lambda: {"k": self.pick},
+            self_tuning=providers.SelfTuning(self.forget, lambda: self.pick, self.restore),
+        )
+
+
+def _autotuned(tmp_path: Path, monkeypatch, picks: list[str], *overrides: str):
+    tuner = FakeAutotuner(picks)
+    monkeypatch.setitem(providers._PROVIDERS, "triton", tuner.provider())
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["triton", "good"], *overrides)))
+    assert set(df["status"]) == {"ok"}
+    return tuner, by(df, "triton"), [json.loads(t) for t in by(df, "triton")["tuning"]]
+
+
+@pytest.mark.parametrize("policy, forgets", [("once", 0), ("per_point", 2)])
+def test_triton_autotuning_is_forgotten_per_point_and_recorded(
+    tmp_path: Path, monkeypatch, policy: str, forgets: int
+) -> None:
+    tuner, _, tunings = _autotuned(tmp_path, monkeypatch, ["fast"], f"triton_autotune={policy}")
+    assert tuner.forgets == forgets and tuner.turn == max(forgets, 1)  # tuned once per forget
+    assert all(t["triton_autotune"] == policy and "matmul_policy" in t for t in tunings)
+    assert not any("autotune_screen_ms" in t for t in tunings)
+
+
+@pytest.mark.parametrize(
+    "picks, kept", [(["slow", "fast"], "16 retuned"), (["fast", "slow"], "16")]
+)
+def test_triton_autotuning_twice_times_the_faster_tuning(
+    tmp_path: Path, monkeypatch, picks: list[str], kept: str
+) -> None:
+    tuner, rows, tunings = _autotuned(tmp_path, monkeypatch, picks, "triton_autotune=twice")
+    assert tuner.forgets == 4 and tuner.turn == 4  # before each point, and between its tunings
+    for t in tunings:
+        assert t["triton_autotune"] == "twice" and t["autotune_kept"] == kept
+        assert t["picks"] == {"k": "fast"}  # the kept tuning's picks, recorded at its check
+        screen = t["autotune_screen_ms"]
+        assert set(screen) == {"16", "16 retuned"}
+        assert screen[{"16": "16 retuned", "16 retuned": "16"}[kept]] > screen[kept] + 10
+        assert "chunk_screen_ms" not in t  # one chunk length
+    # The fast picks were put back before timing, even when the slow ones were tuned last.
+    assert (rows["median_ms"] < 50).all() and (rows["rel_err"] < 1e-2).all()
+
+
+def test_triton_autotuning_twice_at_each_chunk_length(tmp_path: Path, monkeypatch) -> None:
+    """Four candidates (two lengths, two tunings each); the chunk record keeps each length's
+    faster tuning. The fake's pick is not per shape, so a point tunes three times: 32 (slow),
+    32 again (fast), 16 with the pick it finds (fast), 16 again (fast)."""
+    _, rows, tunings = _autotuned(
+        tmp_path, monkeypatch, ["slow", "fast", "fast"],
+        "triton_autotune=twice", "chunk_policy=fastest", "sweep.chunk_size=32",
+    )  # fmt: skip
+    for t in tunings:
+        screen = t["autotune_screen_ms"]
+        assert set(screen) == {"32", "32 retuned", "16", "16 retuned"} and screen["32"] > 50
+        assert t["chunk_screen_ms"] == {"32": screen["32 retuned"], "16": min(
+            screen["16"], screen["16 retuned"])}  # fmt: skip
+        assert t["autotune_kept"] != "32" and t["picks"] == {"k": "fast"}
+    assert (rows["median_ms"] < 50).all()
 
 
 def _slow_at(slow_chunk: int, wrong: bool = False):

@@ -133,6 +133,40 @@ def test_reset_autotuning_clears_every_kernel() -> None:
     assert all(not tuner.cache for tuner in tuners)
 
 
+def test_autotune_state_restores_the_picks_it_took() -> None:
+    """triton_autotune=twice keeps the first tuning's picks in a snapshot while Triton tunes
+    again, and puts the faster set back before timing. (With one config per kernel, as under the
+    interpreter, Triton caches nothing, so the picks here are planted.)"""
+    tuners = triton_ssd._autotuners()
+    triton_ssd.reset_autotuning()
+    for tuner in tuners.values():
+        tuner.cache[("first",)] = tuner.configs[0]
+    state = triton_ssd.autotune_state()
+    assert list(state) == list(triton_ssd.KERNEL_NAMES)
+    for tuner in tuners.values():
+        tuner.cache[("second",)] = tuner.configs[-1]  # a later tuning leaves the snapshot alone
+    assert all(list(picks) == [("first",)] for picks in state.values())
+    triton_ssd.reset_autotuning()
+    triton_ssd.restore_autotuning(state)
+    assert all(tuner.cache == state[name] for name, tuner in tuners.items())
+    triton_ssd.reset_autotuning()
+
+
+@pytest.mark.gpu
+def test_restored_picks_run_without_tuning_on_gpu() -> None:
+    """On the GPU Triton benchmarks its configs: a forward after restore_autotuning runs with the
+    restored picks and tunes nothing new."""
+    kwargs = make_inputs(TINY, seed=3, device="cuda").kwargs()
+    triton_ssd.reset_autotuning()
+    triton_ssd.ssd_forward(**kwargs)
+    state, picks = triton_ssd.autotune_state(), triton_ssd.autotune_picks()
+    assert all(state.values())
+    triton_ssd.reset_autotuning()
+    triton_ssd.restore_autotuning(state)
+    triton_ssd.ssd_forward(**kwargs)
+    assert triton_ssd.autotune_state() == state and triton_ssd.autotune_picks() == picks
+
+
 def test_autotune_picks_name_the_config_of_every_kernel() -> None:
     triton_ssd.ssd_forward(**make_inputs(TINY, seed=3).kwargs())
     picks = triton_ssd.autotune_picks()
