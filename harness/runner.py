@@ -47,7 +47,6 @@ from harness.config import (
 )
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes, output_bytes
-from harness.providers import SelfTuning
 from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
 OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
@@ -113,7 +112,7 @@ class Candidate:
         """The screening's name for it: the chunk length, marked when it is the second tuning."""
         return f"{self.outcome.chunk_size}{' retuned' if self.tuning else ''}"
 
-    def screened(self, self_tuning: SelfTuning | None) -> Call:
+    def screened(self, self_tuning: providers.SelfTuning | None) -> Call:
         """The call to screen, putting its picks back first: in graph mode only while capturing,
         in an eager screening a few µs in every sample of both tunings. The call timed
         afterwards has no such step (its picks are put back once, before)."""
@@ -484,7 +483,9 @@ class Sweep:
                 lengths.append(half)
         return lengths
 
-    def _fastest(self, tried: list[Candidate], self_tuning: SelfTuning | None) -> Candidate:
+    def _fastest(
+        self, tried: list[Candidate], self_tuning: providers.SelfTuning | None
+    ) -> Candidate:
         """The candidate that ran fastest in a short screening (graph mode when the run times it;
         one whose screening failed counts as infinitely slow). Its tuning record gets the
         screening medians: per chunk length (the faster tuning's) when more than one length was
