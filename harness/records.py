@@ -257,8 +257,10 @@ def _pairs(table: pa.Table) -> list[tuple[str, str]]:
 
 
 def completed_points(run_dir: Path) -> set[tuple[str, str]]:
-    """(point, provider) pairs with a readable part file: measured, whatever their status."""
-    return {pair for table in _read_parts(run_dir) for pair in _pairs(table)}
+    """(point, provider) pairs measured, whatever their status: those with a readable part file,
+    and those in results.parquet, which is all a committed run folder keeps of its parts, so that
+    a sweep left unfinished in one session resumes in the next from what was committed."""
+    return set(_pairs(_merged(run_dir)))
 
 
 def _merged(run_dir: Path) -> pa.Table:

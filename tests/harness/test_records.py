@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,6 +80,16 @@ def test_part_round_trip_and_completed_points(run_dir: Path) -> None:
     df, meta = records.load_run(run_dir)
     assert len(df) == 6 and meta == META
     assert list(df.columns) == list(records.COLUMNS)
+
+
+def test_a_committed_run_without_its_parts_still_knows_what_it_measured(run_dir: Path) -> None:
+    records.write_part(run_dir, "p1", "a", modes())
+    records.write_part(run_dir, "p1", "b", modes(provider="b"))
+    records.consolidate(run_dir)
+    shutil.rmtree(run_dir / records.PARTS_DIR)  # what a run folder committed to git keeps
+    assert records.completed_points(run_dir) == {("p1", "a"), ("p1", "b")}
+    records.write_part(run_dir, "p2", "a", modes(point="p2"))  # a resume measures the rest
+    assert records.completed_points(run_dir) == {("p1", "a"), ("p1", "b"), ("p2", "a")}
 
 
 def test_part_write_is_atomic(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
