@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import math
+import shutil
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -212,6 +213,32 @@ def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(runner.Sweep, "point", real)
     sweep(cfg)
     assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
+
+
+def test_a_committed_partial_run_resumes_from_its_results_table(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run folder committed to git keeps results.parquet but not parts/: a rerun in another
+    session measures only the points missing from that table, and the table ends whole."""
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
+    real = runner.Sweep.point
+
+    def interrupt_second(self, problem, provs):
+        if problem.seqlen == 64:
+            raise KeyboardInterrupt
+        return real(self, problem, provs)
+
+    monkeypatch.setattr(runner.Sweep, "point", interrupt_second)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(cfg)
+    run_dir = tmp_path / "cpu" / "r1"
+    shutil.rmtree(run_dir / records.PARTS_DIR)
+    monkeypatch.setattr(runner.Sweep, "point", real)
+    before = CALLS["good"]
+    sweep(cfg)
+    assert CALLS["good"] == 2 * before  # the second point only: each point makes as many calls
+    df, _ = records.load_run(run_dir / records.RESULTS_FILE)
+    assert sorted(set(df["seqlen"])) == [32, 64] and len(df) == 2 * len(records.MODES)
 
 
 def test_time_limit_stops_between_points_and_a_rerun_measures_the_rest(
