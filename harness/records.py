@@ -11,11 +11,12 @@ A run directory is results/<gpu-slug>/<run-id>/ holding
 
 Every file is written to a temporary name in the same directory, fsynced and `os.replace`d, so a
 reader (or a resumed sweep) sees a file whole or not at all: an interrupted sweep loses at most the
-point in flight. Part files are authoritative; results.parquet is a convenience copy, rewritten by
-`consolidate`. Several processes (shards on several GPUs or hosts) may write into one run at
-once: each writes only its own parts and worker file, meta.json is created under the lock by the
-first, and consolidation reads and writes under the lock, so the last one to finish leaves the
-whole table. The columns are those of COLUMNS, documented in docs/architecture.md.
+point in flight. Part files are authoritative; results.parquet is a consolidated copy, rewritten
+by `consolidate`, and what a committed run folder keeps: its rows count as measured too. Several
+processes (shards on several GPUs or hosts) may write into one run at once: each writes only its
+own parts and worker file, meta.json is created under the lock by the first, and consolidation
+reads and writes under the lock, so the last one to finish leaves the whole table. The columns
+are those of COLUMNS, documented in docs/architecture.md.
 """
 
 from __future__ import annotations
