@@ -142,6 +142,34 @@ def chunks_run(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def autotune_draws(df: pd.DataFrame) -> pd.DataFrame:
+    """Under triton_autotune=twice, the two tunings of each (point, provider, chunk length) side
+    by side: how far apart two draws of the provider's own autotuner landed in the whole-forward
+    screening. Columns: point, provider, chunk (the length screened), first_ms, retuned_ms
+    (screening medians; NaN where that screening failed), spread (slower / faster − 1) and kept
+    (which of the point's candidates was timed, e.g. "256 retuned"). Empty without such rows."""
+    columns = ["point", "provider", "chunk", "first_ms", "retuned_ms", "spread", "kept"]
+    rows = []
+    ok = df[df["status"] == "ok"].drop_duplicates(["point", "provider"])
+    for r in ok.itertuples(index=False):
+        tuning = json.loads(r.tuning or "{}")
+        screened = tuning.get("autotune_screen_ms")
+        if not screened:
+            continue
+        for chunk in [k for k in screened if not k.endswith(" retuned")]:
+            first, retuned = (_ms(screened.get(k)) for k in (chunk, f"{chunk} retuned"))
+            both = not (math.isnan(first) or math.isnan(retuned))
+            spread = max(first, retuned) / min(first, retuned) - 1 if both else math.nan
+            rows.append([r.point, r.provider, chunk, first, retuned, spread,
+                         tuning.get("autotune_kept")])  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _ms(value: object) -> float:
+    """A screening median, or NaN for a screening that failed (recorded as its error text)."""
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
 #: nvidia-smi fields of the gpu_clocks column, as the names of gpu_clocks()'s columns.
 CLOCK_FIELDS = {
     "clocks.sm": "sm_mhz",

@@ -261,6 +261,46 @@ def chunks_section(df: pd.DataFrame) -> str | None:
     return text + markdown.table(header, rows)
 
 
+#: Two tunings whose screenings differ by more than this are listed by point.
+DRAW_SPREAD = 0.05
+
+
+def autotune_section(df: pd.DataFrame) -> str | None:
+    """How far apart two tunings of the same point landed (triton_autotune=twice): where they
+    differ, one tuning would have decided the point by a draw; None without such rows."""
+    draws = analysis.autotune_draws(df)
+    if draws.empty:
+        return None
+    spread = draws["spread"].dropna()
+    apart = draws[draws["spread"] > DRAW_SPREAD].sort_values("spread", ascending=False)
+    kept = draws.drop_duplicates(["point", "provider"])["kept"].fillna("")
+    text = (
+        "## Autotuning draws\n\ntriton_autotune=twice: at every point and chunk length the "
+        "self-tuning provider tuned twice; both answers were checked and the faster set of picks "
+        "in the whole-forward screening was timed. "
+        f"The two screenings differ by {100 * spread.median():.1f} % in the median over "
+        f"{len(spread)} (point, chunk) pairs and by more than {100 * DRAW_SPREAD:.0f} % at "
+        f"{len(apart)}; the second tuning's picks were timed at "
+        f"{kept.str.endswith(' retuned').sum()} of {len(kept)} points.\n\n"
+    )
+    if apart.empty:
+        return text.rstrip() + "\n"
+    header = ("point", "provider", "chunk", "first ms", "retuned ms", "apart", "timed")
+    rows = [
+        (
+            r.point,
+            r.provider,
+            r.chunk,
+            markdown.ms(r.first_ms),
+            markdown.ms(r.retuned_ms),
+            markdown.change(1 + r.spread),
+            r.kept,
+        )
+        for r in apart.itertuples(index=False)
+    ]
+    return text + markdown.table(header, rows)
+
+
 #: A reading below this share of the run's highest SM clock is listed by point.
 SLOW_CLOCK = 0.95
 
@@ -354,8 +394,9 @@ def render(
         headline = analysis.speedups(df, baseline, candidate, modes[0])
         axes = axes_section(headline)
         sections += [axes, points_section(headline)] if axes else [points_section(headline)]
-    chunks = chunks_section(df)
-    sections += [*([chunks] if chunks else []), clocks_section(df)]
+    chunks, draws = chunks_section(df), autotune_section(df)
+    sections += [section for section in (chunks, draws) if section]
+    sections.append(clocks_section(df))
     sections += [failures_section(df), wide_ci_section(df)]
     return "\n\n".join(sections) + "\n"
 

@@ -136,6 +136,26 @@ def test_chunks_run_reads_the_choice_from_the_tuning_column() -> None:
     assert set(triton["chunk_policy"]) == {"fixed"}
 
 
+def test_autotune_draws_pair_the_two_tunings_of_each_chunk_length() -> None:
+    table = synthetic_table()
+    assert analysis.autotune_draws(table).empty  # no run of triton_autotune=twice
+    triton = table["provider"] == "triton"
+    first = table["point"] == table["point"].iloc[0]
+    screened = {"256": 0.05, "256 retuned": 0.08, "128": 0.06, "128 retuned": "RuntimeError: x"}
+    table.loc[triton, "tuning"] = json.dumps(
+        {"autotune_screen_ms": screened, "autotune_kept": "256"}
+    )
+    table.loc[triton & first, "status"] = "wrong"  # not timed: left out
+    draws = analysis.autotune_draws(table)
+    assert len(draws) == 2 * (table["point"].nunique() - 1)
+    assert set(draws["provider"]) == {"triton"} and set(draws["kept"]) == {"256"}
+    at_256 = draws[draws["chunk"] == "256"]
+    assert at_256["spread"].to_numpy() == pytest.approx(0.6)  # 0.08 / 0.05 - 1
+    failed = draws[draws["chunk"] == "128"]
+    assert failed["first_ms"].to_numpy() == pytest.approx(0.06)
+    assert failed["retuned_ms"].isna().all() and failed["spread"].isna().all()
+
+
 def test_gpu_clocks_parse_readings_and_tell_held_from_idle_or_set() -> None:
     table = synthetic_table(modes=("graph",))
     points = sorted(table["point"].unique())

@@ -65,6 +65,28 @@ def test_report_lists_failures_and_wide_cis(tmp_path: Path) -> None:
     assert not (run / "report.md").exists()
 
 
+def test_report_lists_the_autotuning_draws_that_landed_apart(tmp_path: Path) -> None:
+    table = synthetic_table()
+    assert report.autotune_section(table) is None
+    triton = table["provider"] == "triton"
+    first = table["point"] == table["point"].iloc[0]
+    close = {"256": 0.050, "256 retuned": 0.051}  # 2 % apart: counted, not listed
+    table.loc[triton, "tuning"] = json.dumps({"autotune_screen_ms": close, "autotune_kept": "256"})
+    apart = {"256": 0.05, "256 retuned": 0.08}
+    table.loc[triton & first, "tuning"] = json.dumps(
+        {"autotune_screen_ms": apart, "autotune_kept": "256"}
+    )
+    run = write_run(tmp_path / "run", table, synthetic_meta())
+    assert report.main([str(run)]) == 0
+    section = (run / "report.md").read_text().split("## Autotuning draws")[1].split("##")[0]
+    points = table["point"].nunique()
+    assert f"over {points} (point, chunk) pairs and by more than 5 % at 1;" in section
+    assert f"timed at 0 of {points} points" in section
+    point = table["point"].iloc[0]
+    assert f"| {point} | triton | 256 | 0.05 | 0.08 | +60.0 % | 256 |" in section
+    assert section.count(" | triton | ") == 1
+
+
 def test_report_counts_the_chunk_lengths_run_only_when_they_were_chosen(tmp_path: Path) -> None:
     table = synthetic_table()
     assert report.chunks_section(table) is None
