@@ -62,6 +62,16 @@ def against_fastest(
     return (fastest_times(tables, baseline, mode).reindex(cand.index) / cand).dropna()
 
 
+def above_fastest(
+    last: pd.DataFrame, tables: list[pd.DataFrame], provider: str, mode: str
+) -> pd.Series:
+    """Per point timed by the provider in `last`: its time there over the fastest it recorded in
+    any of `tables`. Near 1 everywhere, `last` drew the provider's best picks; the baseline's
+    excess is what its in-run speedup gains over the speedup against the fastest."""
+    own = _timed(last, provider, mode)["median_ms"]
+    return (own / fastest_times(tables, provider, mode).reindex(own.index)).dropna()
+
+
 def time_change(previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode: str) -> pd.Series:
     """Per point timed in both runs: the provider's median time in `last` over `previous`."""
     before = _timed(previous, provider, mode)["median_ms"]
@@ -202,6 +212,8 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         f"## `{last.meta.get('run_id', '')}` against the fastest {baseline} of all {len(runs)}",
         "",
         _spread(against_fastest(last.table, tables, baseline, candidate, mode), last.table),
+        "",
+        _excess(above_fastest(last.table, tables, baseline, mode), last.table, baseline),
     ]
     if len(runs) > 1:
         lines += _time_section(runs[-2], last, sides, mode)
@@ -288,6 +300,18 @@ def _spread(speedups: pd.Series, table: pd.DataFrame) -> str:
     return (
         f"{len(speedups)} points: min {speedups[low]:.3f}x ({_label(table, low)}), geomean "
         f"{stats.geomean(speedups):.3f}x, max {speedups[high]:.3f}x ({_label(table, high)})."
+    )
+
+
+def _excess(ratios: pd.Series, table: pd.DataFrame, provider: str) -> str:
+    """One line: how far the provider's times in the last run lie above its fastest."""
+    if ratios.empty:
+        return f"No point timed by {provider}."
+    worst = ratios.idxmax()
+    return (
+        f"{provider}'s own time in this run against its fastest of all runs: "
+        f"{markdown.change(stats.geomean(ratios))} in the geomean, at most "
+        f"{markdown.change(ratios[worst])} ({_label(table, worst)})."
     )
 
 

@@ -50,6 +50,18 @@ def test_against_fastest_leaves_out_points_the_candidate_did_not_time() -> None:
     assert len(result) == table["point"].nunique() - 1
 
 
+def test_above_fastest_is_how_far_the_last_runs_own_times_lie_above_its_best() -> None:
+    older = synthetic_table()
+    point = older["point"].iloc[0]
+    last = _scaled(_scaled(older, "triton", 0.9), "triton", 1.5, point)  # one slow pick
+    above = history.above_fastest(last, [older, last], "triton", GRAPH)
+    assert above[point] == pytest.approx(0.9 * 1.5)  # the older run's time is the fastest there
+    assert above.drop(point).to_numpy() == pytest.approx(1.0)  # elsewhere the last is the best
+    line = history._excess(above, last, "triton")
+    assert line.startswith("triton's own time in this run against its fastest of all runs: +")
+    assert "at most +35.0 %" in line
+
+
 def test_time_change_is_last_over_previous_per_point() -> None:
     previous = synthetic_table()
     last = _scaled(previous, "cutile", 0.9)
@@ -176,6 +188,7 @@ def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_
     assert "| `old` |" in out and "| `new` |" in out
     assert "1.400x" in out and "1.600x" in out
     assert "against the fastest triton of all 2" in out
+    assert "triton's own time in this run against its fastest of all runs: +0.0 %" in out
     assert "Time against `old`" in out
     assert "share no GPU" not in out  # neither run records a GPU uuid
     assert "config changed" not in out  # neither run records a launch config
