@@ -46,6 +46,7 @@ def test_notebook_runs_against_a_run_and_a_comparison(
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert f"run candidate from {run}" in text
     assert "PASS" in text
+    assert "did not tune its baseline twice" in text  # the synthetic run tuned it once
     markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
     assert "12 of the sweep's 16 points measured by every provider" in markdown
     assert "## GPU state after timing" in markdown  # the synthetic rows read no clock
