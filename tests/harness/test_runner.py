@@ -194,7 +194,11 @@ def test_rerun_with_the_same_run_id_skips_finished_points(tmp_path: Path) -> Non
     assert len(df) == 3 * 3 + 3 * 3  # good at 3 points, good2 at all 3 (it was new everywhere)
 
 
-def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) -> None:
+def _interrupted_at_the_second_point(
+    tmp_path: Path, monkeypatch
+) -> tuple[config.BenchConfig, Path]:
+    """Run a two-point sweep that a KeyboardInterrupt stops before its second point; the real
+    point() is back in place on return. Returns (config, run directory)."""
     cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
     real = runner.Sweep.point
 
@@ -206,11 +210,15 @@ def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(runner.Sweep, "point", interrupt_second)
     with pytest.raises(KeyboardInterrupt):
         sweep(cfg)
-    run_dir = tmp_path / "cpu" / "r1"
+    monkeypatch.setattr(runner.Sweep, "point", real)
+    return cfg, tmp_path / "cpu" / "r1"
+
+
+def test_interrupted_sweep_keeps_what_was_measured(tmp_path: Path, monkeypatch) -> None:
+    cfg, run_dir = _interrupted_at_the_second_point(tmp_path, monkeypatch)
     assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)[:1]}
     df, _ = records.load_run(run_dir / records.RESULTS_FILE)  # consolidated on the way out
     assert set(df["seqlen"]) == {32}
-    monkeypatch.setattr(runner.Sweep, "point", real)
     sweep(cfg)
     assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
 
@@ -220,20 +228,8 @@ def test_a_committed_partial_run_resumes_from_its_results_table(
 ) -> None:
     """A run folder committed to git keeps results.parquet but not parts/: a rerun in another
     session measures only the points missing from that table, and the table ends whole."""
-    cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
-    real = runner.Sweep.point
-
-    def interrupt_second(self, problem, provs):
-        if problem.seqlen == 64:
-            raise KeyboardInterrupt
-        return real(self, problem, provs)
-
-    monkeypatch.setattr(runner.Sweep, "point", interrupt_second)
-    with pytest.raises(KeyboardInterrupt):
-        sweep(cfg)
-    run_dir = tmp_path / "cpu" / "r1"
+    cfg, run_dir = _interrupted_at_the_second_point(tmp_path, monkeypatch)
     shutil.rmtree(run_dir / records.PARTS_DIR)
-    monkeypatch.setattr(runner.Sweep, "point", real)
     before = CALLS["good"]
     sweep(cfg)
     assert CALLS["good"] == 2 * before  # the second point only: each point makes as many calls
