@@ -270,7 +270,13 @@ def _merged(run_dir: Path) -> pa.Table:
     done = {pair for table in parts for pair in _pairs(table)}
     consolidated = Path(run_dir) / RESULTS_FILE
     if consolidated.is_file():
-        old = upgraded(pq.read_table(consolidated))
+        try:
+            old = upgraded(pq.read_table(consolidated))
+        except (OSError, pa.ArrowException, RecordsError) as exc:
+            raise RecordsError(
+                f"{consolidated} is unreadable ({exc}); restore it (from git, say), or delete it "
+                f"to rebuild it from {PARTS_DIR}/ (a rerun then measures again what only it held)"
+            ) from None
         if not parts:
             return old
         keep = pa.array([pair not in done for pair in _pairs(old)], type=pa.bool_())

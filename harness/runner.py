@@ -679,8 +679,11 @@ def run(
         "measured": 0,
         "env": dict(env),
     }
+    try:
+        done = records.completed_points(run_dir)
+    except records.RecordsError as exc:
+        raise ConfigError(f"run {run_dir.name} cannot be resumed: {exc}") from None
     records.write_worker(run_dir, worker)
-    done = records.completed_points(run_dir)
     todo = [(p, [v for v in provs if (p.key(), v.name) not in done]) for p in problems]
     todo = [(p, vs) for p, vs in todo if vs]
     share = f" (shard {cfg.shard.index} of {cfg.shard.count})" if cfg.shard.count > 1 else ""

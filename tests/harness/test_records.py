@@ -92,6 +92,13 @@ def test_a_committed_run_without_its_parts_still_knows_what_it_measured(run_dir:
     assert records.completed_points(run_dir) == {("p1", "a"), ("p1", "b"), ("p2", "a")}
 
 
+def test_an_unreadable_results_table_is_an_error_that_says_what_to_do(run_dir: Path) -> None:
+    records.write_part(run_dir, "p1", "a", modes())
+    (run_dir / records.RESULTS_FILE).write_bytes(b"PAR1 torn write")
+    with pytest.raises(records.RecordsError, match="is unreadable .*restore it .*or delete it"):
+        records.completed_points(run_dir)
+
+
 def test_part_write_is_atomic(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = records.write_part(run_dir, "p1", "a", modes(median_ms=1.0))
 

@@ -237,6 +237,19 @@ def test_a_committed_partial_run_resumes_from_its_results_table(
     assert sorted(set(df["seqlen"])) == [32, 64] and len(df) == 2 * len(records.MODES)
 
 
+def test_a_run_whose_results_table_is_unreadable_is_not_resumed(tmp_path: Path) -> None:
+    """Measuring again over a torn results.parquet would replace the rows only it held (a
+    committed run keeps no parts), so the resume stops first and says why."""
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1")
+    sweep(cfg)
+    run_dir = tmp_path / "cpu" / "r1"
+    (run_dir / records.RESULTS_FILE).write_bytes(b"PAR1 torn write")
+    calls = CALLS["good"]
+    with pytest.raises(ConfigError, match="run r1 cannot be resumed: .*is unreadable"):
+        sweep(cfg)
+    assert CALLS["good"] == calls and len(records.read_workers(run_dir)) == 1
+
+
 def test_time_limit_stops_between_points_and_a_rerun_measures_the_rest(
     tmp_path: Path, monkeypatch
 ) -> None:
