@@ -340,7 +340,9 @@ def compute_out_launch(
     tm, tk = compute_out_tiles(config, chunk_size)
     n_tile = pow2_tile(dstate)
     ns = min(config.out_slice_n, n_tile)
-    d_mode, d_arg, z_arg = epilogue_args(D, z, x)
+    d_mode = D_NONE if D is None else (D_PER_HEAD if D.dim() == 1 else D_PER_HEAD_DIM)
+    d_arg = D if D is not None else torch.empty(1, device=x.device)
+    z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
     heads_per_group = nheads // ngroups
     sp = state_pass
     segmented = sp.segments > 1
@@ -376,16 +378,6 @@ def compute_out_launch(
         bool(config.out_hint_decays), fold, chained(config, chunk_size),
     )  # fmt: skip
     return grid, kernel, args
-
-
-def epilogue_args(
-    D: torch.Tensor | None, z: torch.Tensor | None, x: torch.Tensor
-) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """(D_MODE, D, z) as the output kernels take them, placeholders where not given."""
-    d_mode = D_NONE if D is None else (D_PER_HEAD if D.dim() == 1 else D_PER_HEAD_DIM)
-    d_arg = D if D is not None else torch.empty(1, device=x.device)
-    z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
-    return d_mode, d_arg, z_arg
 
 
 def chained(config: SSDConfig, chunk_size: int) -> bool:

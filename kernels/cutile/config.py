@@ -56,11 +56,6 @@ class SSDConfig:
     # heads of a group in a loop over the chunk's one C·Bᵀ (0: CTAs of out_block_m rows). The
     # chunk kernel ignores out_block_m, out_block_k, out_heads, out_cb and out_rank1.
     out_chunk_heads: int = 0
-    # For chunks up to CHUNK_KERNEL_MAX_Q: no state walk; each chunk's CTA sums the state entering
-    # it from the chunks before it (1, compute_out_direct.py: work growing with the square of the
-    # chunk count, no serial chain), or the walk and compute_out run (0). With 1 the walk's knobs,
-    # segments and compute_out's tile knobs are unused.
-    out_direct: int = 0
     # The state walk, segment_scan, chunk_cb and compute_out's row-block kernel are launched as
     # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
     # kernels/cutile/launch.py) or plainly (0).
@@ -97,7 +92,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_store_tma", "out_direct",
+            "out_fold_segments", "state_weights", "state_store_tma",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

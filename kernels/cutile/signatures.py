@@ -29,7 +29,6 @@ from kernels.cutile.chunk_cb import chunk_cb_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
-from kernels.cutile.compute_out_direct import compute_out_direct_kernel_8_warps
 from kernels.cutile.config import SSDConfig
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
 from kernels.cutile.segment_scan import segment_scan_kernel
@@ -41,7 +40,6 @@ KERNELS = {
     "chunk_cb_kernel": chunk_cb_kernel,
     "compute_out_kernel": compute_out_kernel,
     "compute_out_chunk_kernel": compute_out_chunk_kernel_8_warps,
-    "compute_out_direct_kernel": compute_out_direct_kernel_8_warps,
 }
 
 

@@ -78,14 +78,12 @@ def launch_forward(
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
-    from kernels.cutile.compute_out_direct import compute_out_direct, uses_direct_states
     from kernels.cutile.fwd_pass_state import fwd_pass_state
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
-    direct = uses_direct_states(config, chunk_size)
     dt_out, dA_cumsum, weight = chunk_cumsum(
         dt,
         A,
@@ -95,10 +93,8 @@ def launch_forward(
         dt_limit,
         config.cumsum_heads,
         bool(config.dependent_launch),
-        bool(config.state_weights) or direct,
+        bool(config.state_weights),
     )
-    if direct:
-        return compute_out_direct(x, B, C, dt_out, dA_cumsum, weight, initial_states, D, z, config)
     state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final

@@ -118,16 +118,6 @@ CASES = {
     # The walk's state stores without TMA.
     "walk-plain-state-stores-two-heads": (SMALL, {"state_store_tma": 0, "state_heads": 2}),
     "walk-plain-state-stores-fp32-z-ragged": (FP32_Z_RAGGED, {"state_store_tma": 0}),
-    # No walk: each chunk's entering state summed in compute_out_direct.
-    "direct-states-short-sweep-point": (parse_shape("1024:32:64:128"), {"out_direct": 1}),
-    "direct-states-N256-fp16-D-per-headdim": (
-        replace(FP16_D_PER_HEADDIM, chunk_size=128, dstate=256),
-        {"out_direct": 1},
-    ),
-    "direct-states-fp32-z-init-final-ragged": (
-        replace(FP32_Z_RAGGED, chunk_size=64),
-        {"out_direct": 1, "dependent_launch": 0},
-    ),
 }
 
 
@@ -139,7 +129,7 @@ def test_every_launch_of_the_forward_compiles(case: str, arch: str) -> None:
     launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, overrides))
     names = {name for name, _, _ in launches}
     assert "chunk_cumsum_kernel" in names
-    assert names & {"compute_out_kernel", "compute_out_chunk_kernel", "compute_out_direct_kernel"}
+    assert names & {"compute_out_kernel", "compute_out_chunk_kernel"}
     for name, kernel, signature in launches:
         cubin = io.BytesIO()
         export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
@@ -158,5 +148,5 @@ def test_the_cases_cover_every_kernel() -> None:
     }
     assert names == {
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "chunk_cb_kernel",
-        "compute_out_kernel", "compute_out_chunk_kernel", "compute_out_direct_kernel",
+        "compute_out_kernel", "compute_out_chunk_kernel",
     }  # fmt: skip

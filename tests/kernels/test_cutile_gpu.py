@@ -226,29 +226,6 @@ def test_chunk_kernel_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
 
-# compute_out_direct (no walk; chunks up to 128): initial and final states over a ragged tail with
-# groups; fp32 (TF32) with z and D per head-dim at chunk 64; dstate 256 (two slices) in fp16; one
-# chunk; batches.
-DIRECT = SSDConfig(out_direct=1, out_occupancy=1)
-DIRECT_CASES = {
-    "direct-initial-final-ragged-groups": dict(
-        seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=128, has_initial_states=True
-    ),
-    "direct-fp32-z-D-per-headdim": dict(
-        seqlen=1000, chunk_size=64, dtype="float32", has_z=True, D_has_hdim=True
-    ),
-    "direct-N256-fp16": dict(seqlen=700, chunk_size=128, nheads=16, dstate=256, dtype="float16"),
-    "direct-one-chunk": dict(seqlen=100, chunk_size=128, has_initial_states=True),
-    "direct-batch3": dict(batch=3, seqlen=600, chunk_size=128, has_initial_states=True),
-}
-
-
-@pytest.mark.parametrize("name", list(DIRECT_CASES))
-def test_direct_states(name: str) -> None:
-    problem = replace(BASE, **DIRECT_CASES[name])
-    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), DIRECT)
-
-
 @pytest.mark.parametrize(
     ("dstate", "expected"),
     # 16 chunks × 64 heads: segments at dstate 64; enough output tiles for chunk_cb at 256.
