@@ -155,9 +155,9 @@ def test_autotune_state_restores_the_picks_it_took() -> None:
 @pytest.mark.gpu
 def test_restored_picks_run_without_tuning_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the GPU Triton benchmarks its configs: a forward after restore_autotuning runs with the
-    restored picks and tunes nothing new. In mamba_ssm's deterministic mode (which
-    test_cutile_gpu.py turns on for the whole session once it is collected) each kernel has one
-    config and tunes nothing, so each list is doubled here: a tuner with two configs tunes."""
+    restored picks and tunes nothing new. In mamba_ssm's deterministic mode (on for GPU tests,
+    tests/conftest.py) each kernel has one config and tunes nothing, so each list is doubled
+    here: a tuner with two configs tunes."""
     for tuner in triton_ssd._autotuners().values():
         if len(tuner.configs) == 1:
             monkeypatch.setattr(tuner, "configs", tuner.configs * 2)
