@@ -229,10 +229,6 @@ def fwd_pass_state_kernel(
         _finish_segment(
             seg_end, seg_total, state1, log_decay1, batch, seg, head + 1, nblock, P, NB, SEGMENTED
         )
-    if not SEGMENTED:
-        # Probe (run 168, reverted next): a release-ordered atomic after the walk's last stores,
-        # into the unsegmented walk's unused seg_total, to time what a handoff's release costs.
-        ct.atomic_add(seg_total, (0, 0, 0), 1.0, memory_order=ct.MemoryOrder.RELEASE)
 
 
 @dataclass(frozen=True)
