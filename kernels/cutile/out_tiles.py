@@ -83,8 +83,14 @@ def c_times_polled_state(
         if s > 0:
             c_s = c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
         bits = _relaxed_state_bits(state_bits, batch, chunk, head, s, P, NS)
-        while ct.sum((bits == -1).astype(ct.int32)) > 0:
-            bits = _relaxed_state_bits(state_bits, batch, chunk, head, s, P, NS)
+        pending = ct.sum((bits == -1).astype(ct.int32))
+        while pending > 0:
+            # The slot is `chunk` (pending never exceeds NS·P), but written so that it depends on
+            # the last read: tileiras hoisted an identical relaxed load out of the loop, which
+            # then spun forever (run 169).
+            slot = chunk + ct.where(pending > NS * P, 1, 0)
+            bits = _relaxed_state_bits(state_bits, batch, slot, head, s, P, NS)
+            pending = ct.sum((bits == -1).astype(ct.int32))
         state_t = ct.bitcast(bits, state_dtype)
         acc = ct.mma(c_s, state_t.astype(mma_dtype), acc)
     return acc

@@ -53,8 +53,11 @@ def from_symbol(symbol: str) -> tuple[str, object, KernelSignature]:
 
 
 TORCH_DTYPES = {
-    torch.float32: ct.float32, torch.float16: ct.float16, torch.bfloat16: ct.bfloat16,
-    torch.int16: ct.int16, torch.int32: ct.int32,
+    torch.float32: ct.float32,
+    torch.float16: ct.float16,
+    torch.bfloat16: ct.bfloat16,
+    torch.int16: ct.int16,
+    torch.int32: ct.int32,
 }
 
 
