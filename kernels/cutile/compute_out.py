@@ -32,7 +32,6 @@ from kernels.cutile.out_tiles import (
     D_PER_HEAD_DIM,
     c_slice,
     c_times_b,
-    c_times_polled_state,
     carried_state,
     causal_weight,
     finish,
@@ -141,7 +140,6 @@ def compute_out_kernel(
     C,  # (b, l, g, n)
     cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
-    state_bits,  # states viewed as integers of their width (unused unless HANDOFF)
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
     dt_out,  # (b, h, nchunks, Q) float32
@@ -167,12 +165,8 @@ def compute_out_kernel(
     HINT: ConstBool,
     FOLD: ConstBool,
     CHAINED: ConstBool,
-    HANDOFF: ConstBool,
 ):
-    # With HANDOFF the CTA runs beside the walk (launched as its programmatic dependent, which
-    # releases it after chunk_cumsum has finished) and never waits for the grid: it reads each
-    # state as the walk stores it (c_times_polled_state).
-    follow_previous(CHAINED and not HANDOFF)
+    follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
@@ -188,23 +182,20 @@ def compute_out_kernel(
     # in log2 units.
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
-    acc0 = ct.zeros((TM, P), dtype=ct.float32)
-    if not HANDOFF:
-        acc0 = carried_state(
-            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-        ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
+    acc0 = carried_state(
+        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+    ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
-        if not HANDOFF:
-            acc1 = carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block,
-                group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
+        acc1 = carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
     # wholly before the row block first, their decay split into a row and a column factor.
@@ -291,17 +282,6 @@ def compute_out_kernel(
             x_m1 = x_m1.astype(ct.float32)
     elif D_MODE != D_NONE:
         x_m0 = x_tile(x, batch, row_block, head, TM, P, ct.float32)
-    if HANDOFF:
-        # The carried state's product last, once the walk has stored the state.
-        acc0 = acc0 + c_times_polled_state(
-            C, state_bits, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices,
-            mma_dtype, states.dtype,
-        ) * exp2(dA_m0)[:, None]  # fmt: skip
-        if HB == 2:
-            acc1 = acc1 + c_times_polled_state(
-                C, state_bits, c_first, batch, chunk, head + 1, row_block, group, TM, P, NS,
-                slices, mma_dtype, states.dtype,
-            ) * exp2(dA_m1)[:, None]  # fmt: skip
     finish(acc0, x_m0, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
         if not peel and D_MODE != D_NONE:
@@ -391,32 +371,13 @@ def compute_out_launch(
         if cb_pre
         else torch.empty(1, 1, 1, 1, 1, device=x.device)
     )
-    handoff = sp.filled
-    bits = sp.states.view(_BITS[sp.states.dtype]) if handoff else unused.view(1, 1, 1, 1, 1)
     args = (
-        x, B, C, cb, sp.states, bits, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
-        heads_per_group,
+        x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold, chained(config, chunk_size), handoff,
+        bool(config.out_hint_decays), fold, chained(config, chunk_size),
     )  # fmt: skip
     return grid, kernel, args
-
-
-# The integer type of each states dtype's width, for c_times_polled_state's fill pattern.
-_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
-
-
-def handoff_possible(config: SSDConfig, chunk_size: int, dtype: torch.dtype) -> bool:
-    """Whether compute_out can run beside an unsegmented walk, reading each state as it is
-    stored: chained row-block launches that follow the walk directly (no chunk_cb between), 16-bit
-    states (whose fill pattern no conversion produces), and the config asking for it."""
-    return (
-        bool(config.out_handoff)
-        and chained(config, chunk_size)
-        and not config.out_cb
-        and dtype in (torch.bfloat16, torch.float16)
-    )
 
 
 def chained(config: SSDConfig, chunk_size: int) -> bool:

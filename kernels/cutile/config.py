@@ -60,9 +60,6 @@ class SSDConfig:
     # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
     # kernels/cutile/launch.py) or plainly (0).
     dependent_launch: int = 1
-    # compute_out runs beside an unsegmented walk and reads each chunk's state as soon as it is
-    # stored, the states filled with a pattern the walk overwrites (1), or after the walk (0).
-    out_handoff: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -95,7 +92,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_store_tma", "out_handoff",
+            "out_fold_segments", "state_weights", "state_store_tma",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

@@ -241,7 +241,6 @@ class StatePass:
     seg_len: int  # chunks per segment (the last one may be shorter)
     seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
-    filled: bool = False  # states filled with compute_out's handoff pattern before the walk
 
 
 def fwd_pass_state(
@@ -259,12 +258,11 @@ def fwd_pass_state(
     grid, kernel, args = fwd_pass_state_launch(
         x, B, dt_out, dA_cumsum, weight, initial_states, config
     )
+    launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
     segments, seg_len = args[12:14]
-    filled = segments == 1 and _fill_for_handoff(states, config, dA_cumsum.shape[3])
-    launch(grid, kernel, args, bool(config.dependent_launch))
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, filled)
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
@@ -316,18 +314,6 @@ def fwd_pass_state_launch(
         bool(config.state_store_tma),
     )  # fmt: skip
     return grid, kernel, args
-
-
-def _fill_for_handoff(states: torch.Tensor, config: SSDConfig, chunk_size: int) -> bool:
-    """Fill an unsegmented walk's states with compute_out's handoff pattern (all bits set) where
-    compute_out will read them beside the walk; whether it did."""
-    from kernels.cutile.compute_out import handoff_possible
-
-    if not handoff_possible(config, chunk_size, states.dtype):
-        return False
-    if states.device.type != "meta":
-        states.view(torch.int16).fill_(-1)
-    return True
 
 
 def _segments(

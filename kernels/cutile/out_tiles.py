@@ -68,48 +68,6 @@ def c_times_state(
     return acc
 
 
-def c_times_polled_state(
-    C, state_bits, c_first, batch, chunk, head, row_block, group, TM: int, P: int, NS: int,
-    slices: int, mma_dtype, state_dtype,
-):  # fmt: skip
-    """`c_times_state` for a walk still running: each (NS, P) slice of the state entering `chunk`
-    is read with relaxed loads, as integers of its width, until none of its elements holds the
-    fill pattern (all bits set, a NaN the walk's conversions never produce) that the walk
-    overwrites; the bits are then the state. No flag and no release: each element shows by
-    itself that it has been written."""
-    acc = ct.zeros((TM, P), dtype=ct.float32)
-    for s in range(slices):
-        c_s = c_first
-        if s > 0:
-            c_s = c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
-        bits = _relaxed_state_bits(state_bits, batch, chunk, head, s, P, NS)
-        pending = ct.sum((bits == -1).astype(ct.int32))
-        while pending > 0:
-            # The slot is `chunk` (pending never exceeds NS·P), but written so that it depends on
-            # the last read: tileiras hoisted an identical relaxed load out of the loop, which
-            # then spun forever (run 169).
-            slot = chunk + ct.where(pending > NS * P, 1, 0)
-            bits = _relaxed_state_bits(state_bits, batch, slot, head, s, P, NS)
-            pending = ct.sum((bits == -1).astype(ct.int32))
-        state_t = ct.bitcast(bits, state_dtype)
-        acc = ct.mma(c_s, state_t.astype(mma_dtype), acc)
-    return acc
-
-
-def _relaxed_state_bits(state_bits, batch, slot, head, s, P: int, NS: int):
-    """`state_slice` of the states' integer view, by relaxed device-scope loads (not cached
-    where another SM's stores would not reach them)."""
-    return ct.load(
-        state_bits,
-        index=(batch, slot, head, s, 0),
-        shape=(1, 1, 1, NS, P),
-        order=(0, 1, 2, 4, 3),
-        padding_mode=ct.PaddingMode.ZERO,
-        memory_order=ct.MemoryOrder.RELAXED,
-        memory_scope=ct.MemoryScope.DEVICE,
-    ).reshape((NS, P))
-
-
 def carried_state(
     C,
     states,

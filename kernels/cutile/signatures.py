@@ -52,13 +52,7 @@ def from_symbol(symbol: str) -> tuple[str, object, KernelSignature]:
     return name, KERNELS[name], signature
 
 
-TORCH_DTYPES = {
-    torch.float32: ct.float32,
-    torch.float16: ct.float16,
-    torch.bfloat16: ct.bfloat16,
-    torch.int16: ct.int16,
-    torch.int32: ct.int32,
-}
+TORCH_DTYPES = {torch.float32: ct.float32, torch.float16: ct.float16, torch.bfloat16: ct.bfloat16}
 
 
 def tensor_constraint(tensor: torch.Tensor) -> ArrayConstraint:

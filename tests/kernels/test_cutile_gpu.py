@@ -151,9 +151,8 @@ def test_matches_reference(name: str) -> None:
 # dA_last taken from the dA tile) for two heads, and four compute_out CTAs per SM with the
 # k-tiles' decays hinted (dstate 256's default with chunk_cb), and the walk's weights read from
 # chunk_cumsum (weights on x with two heads and segments, on B over whole chunks), and the walk's
-# state stores without TMA (two heads, segments), and compute_out reading each state as the
-# walk stores it (one segment; one head, and two with the row-times-column decay). Whole
-# 256-row chunks, so compute_out has row blocks past the first (TM 64 and 128).
+# state stores without TMA (two heads, segments). Whole 256-row chunks, so compute_out has row
+# blocks past the first (TM 64 and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
@@ -184,10 +183,6 @@ CONFIGS = {
         state_weights=1, state_weight_x=0, state_block_q=256, state_segments=1
     ),
     "walk-plain-state-stores": SSDConfig(state_store_tma=0, state_heads=2, state_segments=3),
-    "handoff-one-segment": SSDConfig(out_handoff=1, state_segments=1),
-    "handoff-two-heads-rank1": SSDConfig(
-        out_handoff=1, state_segments=1, out_heads=2, out_rank1=1, out_block_m=128
-    ),
 }
 
 
