@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness import targets
@@ -70,3 +72,54 @@ def test_the_section_marks_each_target() -> None:
     assert "| geomean ≥ 2.0x (graph) | 1.400x over 12 points | **missed** |" in text
     assert "| ≥ 1.14x at every point (graph) | 1.400x–1.400x at 12 points" in text
     assert "| ≥ 2.5x at L ≥ 16K with dstate 256 (graph) | no point timed | — |" in text
+
+
+def test_a_missed_target_says_how_much_time_has_to_go_and_where_it_goes() -> None:
+    def speedup(p: Problem) -> float:
+        return 1.1 if (p.seqlen, p.nheads, p.dstate) == (4096, 64, 128) else 1.6
+
+    df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=speedup)
+    found = _by_goal(df)
+    every = found["≥ 1.14x at every point"]
+    assert every.needs == (
+        "1 of 12 points short: cutile's time 3.5 % lower, the most at L=4K H=64 N=128"
+    )
+    assert len(every.points) == 1 and "L4096_H64" in every.points[0]
+    long = found["≥ 2.5x at L ≥ 16K with dstate 256"]
+    assert long.needs.startswith("2 of 2 points short: cutile's time 36.0 % lower")
+    geomean = found["geomean ≥ 2.0x"]
+    assert geomean.needs.startswith("cutile's time ") and len(geomean.points) == 12
+    shares = targets.kernel_shares(df, "cutile", geomean.points)
+    assert shares == "compute_out 50 %, fwd_pass_state 45 %, chunk_cumsum 5 %"
+
+
+def test_met_targets_ask_for_nothing() -> None:
+    df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=2.6)
+    meta = {**synthetic_meta(), "peaks": {"bf16_tflops": 1.0}}  # any rate is 40 % of that
+    found = _by_goal(df, meta)
+    assert all(t.met and t.needs == "" and t.points == () for t in found.values())
+    assert "what meeting it takes" not in targets.section(df, meta, "triton", "cutile")
+
+
+def test_kernel_shares_name_a_kernel_that_runs_at_some_points_only() -> None:
+    df = synthetic_table(speedup=1.4)
+    kernels = (df["mode"] == "kernels") & (df["provider"] == "cutile")
+    one = kernels & (df["seqlen"] == 1024) & (df["nheads"] == 32) & (df["dstate"] == 64)
+    df.loc[one, "kernel_ms"] = json.dumps({"compute_out": 0.6, "segment_scan": 0.4})
+    points = tuple(df.loc[kernels, "point"].unique())
+    shares = targets.kernel_shares(df, "cutile", points)
+    assert shares.startswith("compute_out 50 % (50–60 %)")
+    assert "segment_scan 40 % at 1 of 12 points" in shares
+    assert targets.kernel_shares(df[df["mode"] != "kernels"], "cutile", points) == (
+        "no kernels-mode rows"
+    )
+
+
+def test_the_section_explains_each_missed_target() -> None:
+    text = targets.section(synthetic_table(speedup=1.4), synthetic_meta(), "triton", "cutile")
+    header = "| missed target | what meeting it takes | cutile's kernels at its points |"
+    assert header in text
+    assert (
+        "| geomean ≥ 2.0x (graph) | cutile's time 30.0 % lower at every point (in geometric "
+        "mean) | compute_out 50 %, fwd_pass_state 45 %, chunk_cumsum 5 % |"
+    ) in text
