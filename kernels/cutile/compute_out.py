@@ -166,12 +166,7 @@ def compute_out_kernel(
     FOLD: ConstBool,
     CHAINED: ConstBool,
 ):
-    # PROBE (late wait): a chained launch of an unsegmented walk without chunk_cb reads only what
-    # was written before the walk until its intra-chunk part is done, and waits for the walk only
-    # then (the state, by TMA after the producer's griddepcontrol.wait).
-    LATE = CHAINED and not CB_PRE and not SEGMENTED
-    if not LATE:
-        follow_previous(CHAINED)
+    follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
     row_block = ct.bid(1)  # TM-row block along the sequence
     batch = ct.bid(2)
@@ -187,23 +182,20 @@ def compute_out_kernel(
     # in log2 units.
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
-    acc0 = ct.zeros((TM, P), dtype=ct.float32)
-    if not LATE:
-        acc0 = carried_state(
-            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-        ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
+    acc0 = carried_state(
+        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+    ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
-        if not LATE:
-            acc1 = carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block,
-                group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
+        acc1 = carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
     # wholly before the row block first, their decay split into a row and a column factor.
@@ -290,17 +282,6 @@ def compute_out_kernel(
             x_m1 = x_m1.astype(ct.float32)
     elif D_MODE != D_NONE:
         x_m0 = x_tile(x, batch, row_block, head, TM, P, ct.float32)
-    if LATE:
-        follow_previous(CHAINED)
-        acc0 = acc0 + carried_state(
-            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-        ) * exp2(dA_m0)[:, None]  # fmt: skip
-        if HB == 2:
-            acc1 = acc1 + carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block,
-                group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * exp2(dA_m1)[:, None]  # fmt: skip
     finish(acc0, x_m0, D, z, out, batch, row_block, head, TM, P, D_MODE, HAS_Z)
     if HB == 2:
         if not peel and D_MODE != D_NONE:
