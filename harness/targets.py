@@ -58,7 +58,8 @@ def evaluate(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> lis
 
 
 def _lowest(goal: str, table: pd.DataFrame, floor: float, candidate: str) -> Target:
-    """Met when every point of `table` is timed and the lowest speedup reaches `floor`."""
+    """Met when every point of `table` is timed and the lowest speedup reaches `floor`; where
+    points fall short, the cut in the candidate's time each needs, and the largest."""
     timed = table[table["timed"]]
     if timed.empty:
         return Target(goal, "no point timed", None)

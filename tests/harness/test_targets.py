@@ -88,7 +88,9 @@ def test_a_missed_target_says_how_much_time_has_to_go_and_where_it_goes() -> Non
     long = found["≥ 2.5x at L ≥ 16K with dstate 256"]
     assert long.needs.startswith("2 of 2 points short: cutile's time 36.0 % lower")
     geomean = found["geomean ≥ 2.0x"]
-    assert geomean.needs.startswith("cutile's time ") and len(geomean.points) == 12
+    cut = 100 * (1 - (1.6**11 * 1.1) ** (1 / 12) / 2.0)  # 11 points at 1.6x, one at 1.1x
+    assert geomean.needs == f"cutile's time {cut:.1f} % lower at every point (in geometric mean)"
+    assert len(geomean.points) == 12
     shares = targets.kernel_shares(df, "cutile", geomean.points)
     assert shares == "compute_out 50 %, fwd_pass_state 45 %, chunk_cumsum 5 %"
 
