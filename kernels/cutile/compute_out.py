@@ -133,19 +133,6 @@ def _start_scale(dA_m, anchor, TM: int, RANK1: bool):
     return scale
 
 
-def _carried(
-    C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-    TM: int, P: int, NS: int, slices: int, mma_dtype, SEGMENTED: bool, FOLD: bool, CARRY: bool,
-):  # fmt: skip
-    """C[m]·h(chunk)ᵀ: computed from the stored state, or (CARRY) the walk's rows of it."""
-    if CARRY:
-        return x_tile(states, batch, row_block, head, TM, P, ct.float32)
-    return carried_state(
-        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-    )  # fmt: skip
-
-
 @ct.kernel
 def compute_out_kernel(
     x,  # (b, l, h, p)
@@ -178,7 +165,6 @@ def compute_out_kernel(
     HINT: ConstBool,
     FOLD: ConstBool,
     CHAINED: ConstBool,
-    CARRY: ConstBool,
 ):
     follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
@@ -196,9 +182,9 @@ def compute_out_kernel(
     # in log2 units.
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
-    acc0 = _carried(
+    acc0 = carried_state(
         C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
     ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
@@ -206,9 +192,9 @@ def compute_out_kernel(
     if HB == 2:
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
-        acc1 = _carried(
+        acc1 = carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
         ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
@@ -367,8 +353,6 @@ def compute_out_launch(
     )
     fold = segmented and bool(config.out_fold_segments)
     if uses_chunk_kernel(config, chunk_size):
-        if sp.carry:
-            raise ValueError("state_carry (probe) needs compute_out's row-block kernel")
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)
         kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
@@ -391,7 +375,7 @@ def compute_out_launch(
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold, chained(config, chunk_size), sp.carry,
+        bool(config.out_hint_decays), fold, chained(config, chunk_size),
     )  # fmt: skip
     return grid, kernel, args
 

@@ -60,9 +60,6 @@ class SSDConfig:
     # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
     # kernels/cutile/launch.py) or plainly (0).
     dependent_launch: int = 1
-    # PROBE: an unsegmented walk of whole-dstate walkers (one head each) writes each chunk's
-    # carried output C·hᵀ (b, l, h, p) instead of its state, and compute_out reads that (1).
-    state_carry: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""

@@ -136,7 +136,6 @@ def fwd_pass_state_kernel(
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
-    C,  # (b, l, g, n) (unused unless CARRY)
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -153,7 +152,6 @@ def fwd_pass_state_kernel(
     LAT: ConstInt,
     WEIGHTS: ConstBool,
     STORE_TMA: ConstBool,
-    CARRY: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -173,10 +171,7 @@ def fwd_pass_state_kernel(
     log_decay1 = log_decay0
 
     for chunk in range(first, last):
-        if CARRY:
-            h_t = ct.transpose(state0.astype(mma_dtype))
-        else:
-            _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
+        _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
         dA0, dt0, dA_last0 = _chunk_weights(
             dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS
         )
@@ -215,20 +210,6 @@ def fwd_pass_state_kernel(
                 padding_mode=ct.PaddingMode.ZERO,
                 latency=LAT,
             ).reshape((TQ, NB))
-            if CARRY:
-                c = ct.load(
-                    C,
-                    index=(batch, chunk * steps + step, group, nblock),
-                    shape=(1, TQ, 1, NB),
-                    padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT,
-                ).reshape((TQ, NB))
-                carried = ct.mma(c.astype(mma_dtype), h_t, ct.zeros((TQ, P), dtype=ct.float32))
-                ct.store(
-                    states,
-                    index=(batch, chunk * steps + step, head, 0),
-                    tile=carried.reshape((1, TQ, 1, P)).astype(states.dtype),
-                )
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,
                 Q, P, TQ, WEIGHT_X, mma_dtype, LAT, WEIGHTS,
@@ -254,19 +235,17 @@ def fwd_pass_state_kernel(
 class StatePass:
     """What fwd_pass_state leaves for compute_out (and the final states)."""
 
-    states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment; with carry (b, l, h, p)
+    states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment
     final: torch.Tensor  # (b, h, p, n) float32
     segments: int
     seg_len: int  # chunks per segment (the last one may be shorter)
     seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
-    carry: bool = False  # `states` holds each chunk's C·hᵀ rows (config.state_carry)
 
 
 def fwd_pass_state(
     x: torch.Tensor,
     B: torch.Tensor,
-    C: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     weight: torch.Tensor | None,
@@ -277,13 +256,13 @@ def fwd_pass_state(
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
-        x, B, C, dt_out, dA_cumsum, weight, initial_states, config
+        x, B, dt_out, dA_cumsum, weight, initial_states, config
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    segments, seg_len = args[13:15]
+    segments, seg_len = args[12:14]
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1])
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
@@ -293,7 +272,6 @@ def fwd_pass_state(
 def fwd_pass_state_launch(
     x: torch.Tensor,
     B: torch.Tensor,
-    C: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     weight: torch.Tensor | None,
@@ -313,12 +291,7 @@ def fwd_pass_state_launch(
         config.state_segments, nchunks, walkers, config.state_occupancy, x.device
     )
     device, f32 = x.device, torch.float32
-    carry = bool(config.state_carry) and segments == 1 and nblocks == 1 and hs == 1
-    states = (
-        torch.empty(x.shape, device=device, dtype=x.dtype)
-        if carry
-        else torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
-    )
+    states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
     seg_end = torch.empty(batch, segments, nheads, headdim, dstate, device=device, dtype=f32)
     shape_total, shape_decay = (
         ((batch, nheads, segments), (batch, nheads, nchunks))
@@ -335,11 +308,10 @@ def fwd_pass_state_launch(
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         weight if weight is not None else unused,
-        C if carry else unused,
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma), carry,
+        bool(config.state_store_tma),
     )  # fmt: skip
     return grid, kernel, args
 

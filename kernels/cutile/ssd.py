@@ -95,7 +95,7 @@ def launch_forward(
         bool(config.dependent_launch),
         bool(config.state_weights),
     )
-    state_pass = fwd_pass_state(x, B, C, dt_out, dA_cumsum, weight, initial_states, config)
+    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 
