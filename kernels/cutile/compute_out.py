@@ -289,9 +289,6 @@ def compute_out_kernel(
         finish(acc1, x_m1, D, z, out, batch, row_block, head + 1, TM, P, D_MODE, HAS_Z)
 
 
-compute_out_kernel_8_warps = compute_out_kernel.replace_hints(num_worker_warps=8)
-
-
 def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -367,8 +364,7 @@ def compute_out_launch(
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
-    base = compute_out_kernel_8_warps if config.out_warps == 8 else compute_out_kernel
-    kernel = with_occupancy(base, config.out_occupancy)
+    kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = bool(config.out_cb)
     cb = (
         chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))

@@ -60,8 +60,6 @@ class SSDConfig:
     # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
     # kernels/cutile/launch.py) or plainly (0).
     dependent_launch: int = 1
-    # PROBE: compute_out's row-block kernel with 4 (default) or 8 worker warps.
-    out_warps: int = 4
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
