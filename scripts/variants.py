@@ -12,9 +12,10 @@ from harness.problem import Problem
 from kernels.cutile.config import ProblemSize, SSDConfig, default_config
 
 
-def parse_shape(text: str) -> Problem:
+def parse_shape(text: str, final_states: bool = True) -> Problem:
     """ "seqlen:nheads:dstate[:chunk_size]" as a bf16 problem with P=64 that returns its final
-    states (chunk_size 256 unless given); the Problem checks the values."""
+    states unless told not to, as the default sweep's problems do not (chunk_size 256 unless
+    given); the Problem checks the values."""
     try:
         values = [int(v) for v in text.split(":")]
     except ValueError:
@@ -29,7 +30,7 @@ def parse_shape(text: str) -> Problem:
         nheads=values[1],
         dstate=values[2],
         dtype="bfloat16",
-        return_final_states=True,
+        return_final_states=final_states,
         **chunk,
     )
 
@@ -50,12 +51,12 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def parse_points(
-    parser: argparse.ArgumentParser, shapes: str, variants: list[str]
+    parser: argparse.ArgumentParser, shapes: str, variants: list[str], final_states: bool = True
 ) -> tuple[list[Problem], list[tuple[str, dict]]]:
     """A command line's comma-separated shapes and its variants (none: the default config); a
     bad one ends the script through `parser.error`, naming what to change."""
     try:
-        problems = [parse_shape(text) for text in shapes.split(",")]
+        problems = [parse_shape(text, final_states) for text in shapes.split(",")]
         parsed = [parse_variant(text) for text in variants] or [("default", {})]
     except (TypeError, ValueError) as err:
         parser.error(str(err))

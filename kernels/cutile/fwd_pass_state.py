@@ -236,11 +236,15 @@ class StatePass:
     """What fwd_pass_state leaves for compute_out (and the final states)."""
 
     states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment
-    final: torch.Tensor  # (b, h, p, n) float32
+    final: torch.Tensor | None  # (b, h, p, n) float32; None when not asked for and not computed
     segments: int
     seg_len: int  # chunks per segment (the last one may be shorter)
-    seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
+    # (b, S, h, p, n): true state at each segment's start; None with one segment, or with several
+    # when compute_out scans seg_end itself (no segment_scan launched).
+    seg_start: torch.Tensor | None
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
+    seg_end: torch.Tensor | None = None  # (b, S, h, p, n) float32: each segment's local end state
+    seg_total: torch.Tensor | None = None  # (b, h, S) float32: each segment's total log2 decay
 
 
 def fwd_pass_state(
@@ -251,8 +255,11 @@ def fwd_pass_state(
     weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
+    final_states: bool = True,
 ) -> StatePass:
-    """Launch fwd_pass_state (and segment_scan when the chunks are split into segments)."""
+    """Launch fwd_pass_state, and segment_scan when the chunks are split into segments, unless
+    compute_out is to scan the segment ends itself: where the config folds the segments' start
+    states in, has them at most `out_scan_segments`, and the final states are not asked for."""
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
@@ -263,10 +270,12 @@ def fwd_pass_state(
     segments, seg_len = args[12:14]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
+    if not final_states and config.out_fold_segments and segments <= config.out_scan_segments:
+        return StatePass(states, None, segments, seg_len, None, seg_decay, seg_end, seg_total)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
-    return StatePass(states, final, segments, seg_len, seg_start, seg_decay)
+    return StatePass(states, final, segments, seg_len, seg_start, seg_decay, seg_end, seg_total)
 
 
 def fwd_pass_state_launch(

@@ -57,24 +57,28 @@ def ssd_forward(
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     out, final = launch_forward(
-        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config
-    )
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config,
+        return_final_states,
+    )  # fmt: skip
     return (out, final) if return_final_states else out
 
 
-def launch_forward_of(kwargs: dict, config: SSDConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def launch_forward_of(kwargs: dict, config: SSDConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`launch_forward` on ssd_forward's keyword arguments (the provider contract's dict)."""
     names = ("x", "dt", "A", "B", "C", "chunk_size", "D", "z", "dt_bias", "initial_states")
     return launch_forward(
-        *(kwargs.get(n) for n in names), kwargs["dt_softplus"], kwargs["dt_limit"], config
-    )
+        *(kwargs.get(n) for n in names), kwargs["dt_softplus"], kwargs["dt_limit"], config,
+        bool(kwargs.get("return_final_states")),
+    )  # fmt: skip
 
 
 def launch_forward(
-    x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel launches of `ssd_forward`, without its checks: (out, final states). Also run
-    on meta tensors inside `launch.recorded()`, to see what a forward launches without a GPU."""
+    x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config,
+    final_states: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """The kernel launches of `ssd_forward`, without its checks: (out, final states, None when
+    `final_states` is off and no launch computed them). Also run on meta tensors inside
+    `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
@@ -95,7 +99,9 @@ def launch_forward(
         bool(config.dependent_launch),
         bool(config.state_weights),
     )
-    state_pass = fwd_pass_state(x, B, dt_out, dA_cumsum, weight, initial_states, config)
+    state_pass = fwd_pass_state(
+        x, B, dt_out, dA_cumsum, weight, initial_states, config, final_states
+    )
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 

@@ -221,6 +221,29 @@ def test_chunk_kernel_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
 
+# compute_out scanning the walk's segment ends for each segment's start state (no segment_scan,
+# no final states asked for): the row-block kernel with pairs of heads over three ragged segments
+# from initial states, with groups; the chunk kernel in fp32 with z over four segments.
+SCAN_CASES = {
+    "scanned-segments-two-heads-initial-ragged": (
+        dict(seqlen=1500, nheads=8, ngroups=2, has_initial_states=True, return_final_states=False),
+        SSDConfig(state_segments=3, out_heads=2, out_fold_segments=1, out_scan_segments=4),
+    ),
+    "scanned-segments-chunk-kernel-fp32-z": (
+        dict(seqlen=1000, chunk_size=64, dtype="float32", has_z=True, return_final_states=False),
+        SSDConfig(out_chunk_heads=8, out_occupancy=1, state_segments=4, out_fold_segments=1,
+                  out_scan_segments=8),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SCAN_CASES))
+def test_scanned_segment_configurations(name: str) -> None:
+    fields, config = SCAN_CASES[name]
+    problem = replace(BASE, **fields)
+    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
+
+
 @pytest.mark.parametrize(
     ("dstate", "expected"),
     # 16 chunks × 64 heads: segments at dstate 64; enough output tiles for chunk_cb at 256.

@@ -3,6 +3,8 @@ the recording of launches, on the CPU (meta tensors; nothing runs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("cuda.tile")
@@ -13,21 +15,25 @@ from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.ssd import launch_forward  # noqa: E402
 
 
-def _recorded(config: SSDConfig, sms: int = 132) -> list[tuple]:
+def _recorded(config: SSDConfig, sms: int = 132, final_states: bool = True) -> list[tuple]:
     """The recorded launches of one forward, in order: 64 heads, dstate 64, 8 chunks of 128."""
     kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
     with launch.recorded(sms) as recording:
         launch_forward(
             kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["chunk_size"], kw["D"], kw["z"],
             kw["dt_bias"], kw["initial_states"], kw["dt_softplus"], kw["dt_limit"], config,
+            final_states,
         )  # fmt: skip
     return recording.launches
 
 
-def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
+def _launches(
+    config: SSDConfig, sms: int = 132, final_states: bool = True
+) -> list[tuple[str, bool]]:
     """(kernel function name, launched as a programmatic dependent) of one forward, in order."""
     return [
-        (kernel._pyfunc.__name__, dependent) for _, kernel, _, dependent in _recorded(config, sms)
+        (kernel._pyfunc.__name__, dependent)
+        for _, kernel, _, dependent in _recorded(config, sms, final_states)
     ]
 
 
@@ -69,3 +75,35 @@ def test_every_forward_launches_the_same_kernel_objects(config: SSDConfig) -> No
     during CUDA-graph capture aborts the process (run 163). So hinted kernels are made once."""
     first, second = _recorded(config), _recorded(config)
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
+
+
+SCANNED = SSDConfig(state_segments=2, out_fold_segments=1, out_scan_segments=2)
+
+
+def test_compute_out_scans_few_folded_segments_when_no_final_states_are_asked() -> None:
+    """No segment_scan: compute_out gets the walk's fp32 segment ends and its SCAN constant."""
+    launches = _recorded(SCANNED, final_states=False)
+    assert [kernel._pyfunc.__name__ for _, kernel, _, _ in launches] == [
+        "chunk_cumsum_kernel",
+        "fwd_pass_state_kernel",
+        "compute_out_kernel",
+    ]
+    walk_args, out_args = launches[1][2], launches[2][2]
+    seg_end, seg_total = walk_args[6], walk_args[7]
+    assert out_args[5] is seg_end and out_args[7] is seg_total
+    assert out_args[-3:-1] == (True, True)  # FOLD, SCAN
+
+
+@pytest.mark.parametrize(
+    ("config", "final_states"),
+    [
+        (SCANNED, True),  # the final states need segment_scan
+        (replace(SCANNED, out_scan_segments=1), False),  # more segments than compute_out scans
+        (replace(SCANNED, out_fold_segments=0), False),  # the scan comes with the fold only
+    ],
+    ids=["final-states", "too-many-segments", "unfolded"],
+)
+def test_segment_scan_runs_otherwise(config: SSDConfig, final_states: bool) -> None:
+    names = [name for name, _ in _launches(config, final_states=final_states)]
+    assert names.count("segment_scan_kernel") == 1
+    assert _recorded(config, final_states=final_states)[-1][2][-2] is False  # SCAN
