@@ -140,10 +140,8 @@ def compute_out_kernel(
     C,  # (b, l, g, n)
     cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
-    seg_start,  # (b, S, h, p, n): true state at each segment's start, or (SCAN) the walk's local
-    # segment ends in fp32 (unused unless SEGMENTED)
+    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
-    seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SCAN)
     dt_out,  # (b, h, nchunks, Q) float32
     dA_cumsum,  # (b, h, nchunks, Q) float32
     D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
@@ -166,7 +164,6 @@ def compute_out_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    SCAN: ConstBool,
     CHAINED: ConstBool,
 ):
     follow_previous(CHAINED)
@@ -186,8 +183,8 @@ def compute_out_kernel(
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
     acc0 = carried_state(
-        C, states, seg_start, seg_decay, seg_total, c_first, batch, chunk, head, row_block, group,
-        seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, SCAN,
+        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
     ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
@@ -196,8 +193,8 @@ def compute_out_kernel(
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         acc1 = carried_state(
-            C, states, seg_start, seg_decay, seg_total, c_first, batch, chunk, head + 1, row_block,
-            group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, SCAN,
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
         ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
@@ -349,16 +346,12 @@ def compute_out_launch(
     heads_per_group = nheads // ngroups
     sp = state_pass
     segmented = sp.segments > 1
-    scan = segmented and sp.seg_start is None  # compute_out scans the segment ends itself
     unused = torch.empty(1, 1, 1, device=x.device)
     seg_args = (
-        (sp.seg_end if scan else sp.seg_start) if segmented else unused.view(1, 1, 1, 1, 1),
+        sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
         sp.seg_decay if segmented else torch.empty_like(unused),
-        sp.seg_total if scan else torch.empty_like(unused),
     )
     fold = segmented and bool(config.out_fold_segments)
-    if scan and not fold:
-        raise ValueError("compute_out scans the segment ends only with out_fold_segments=1")
     if uses_chunk_kernel(config, chunk_size):
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)
@@ -366,7 +359,7 @@ def compute_out_launch(
         args = (
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
-            z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold, scan,
+            z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
         )  # fmt: skip
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
@@ -382,7 +375,7 @@ def compute_out_launch(
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold, scan, chained(config, chunk_size),
+        bool(config.out_hint_decays), fold, chained(config, chunk_size),
     )  # fmt: skip
     return grid, kernel, args
 

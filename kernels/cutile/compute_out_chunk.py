@@ -33,10 +33,8 @@ def compute_out_chunk_kernel(
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
-    seg_start,  # (b, S, h, p, n): true state at each segment's start, or (SCAN) the walk's local
-    # segment ends in fp32 (unused unless SEGMENTED)
+    seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
-    seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SCAN)
     dt_out,  # (b, h, nchunks, Q) float32
     dA_cumsum,  # (b, h, nchunks, Q) float32
     D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
@@ -55,7 +53,6 @@ def compute_out_chunk_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    SCAN: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -72,8 +69,8 @@ def compute_out_chunk_kernel(
         head = head0 + i
         dA, dt = k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
         acc = carried_state(
-            C, states, seg_start, seg_decay, seg_total, c_first, batch, chunk, head, chunk, group,
-            seg_len, Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD, SCAN,
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
+            Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
         ) * exp2(dA)[:, None]  # fmt: skip
         x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
         weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)

@@ -52,10 +52,6 @@ class SSDConfig:
     # compute_out with segments: the segment's start state added to the carried state before one
     # mma per dstate slice (1), or multiplied by C in a second product (0).
     out_fold_segments: int = 0
-    # compute_out with folded segments scans the walk's segment ends for each segment's start
-    # state itself, where the walk has at most this many segments and the final states are not
-    # asked for: no segment_scan launch (0: never).
-    out_scan_segments: int = 0
     # compute_out as one CTA per whole chunk (up to CHUNK_KERNEL_MAX_Q rows) walking this many
     # heads of a group in a loop over the chunk's one C·Bᵀ (0: CTAs of out_block_m rows). The
     # chunk kernel ignores out_block_m, out_block_k, out_heads, out_cb and out_rank1.

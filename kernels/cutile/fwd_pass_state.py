@@ -12,6 +12,8 @@ few, so the chunks are split into `segments` runs walked in parallel, each from 
 true state entering chunk c of segment s is h_local(c) + exp(decay from the segment's start to c)
 · H_s, with H_s the true state at the segment's start. segment_scan computes H_s and the final
 state; compute_out adds the H_s term. Each CTA records its segment's end state and decay for that.
+With two segments and no final states asked for, H_1 is segment 0's end state itself, so segment 0
+stores it as segment_scan would (H_0 = 0 beside it) and segment_scan is not launched.
 """
 
 from __future__ import annotations
@@ -115,13 +117,23 @@ def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int, TMA
 
 def _finish_segment(
     seg_end, seg_total, state, log_decay, batch, seg, head, nblock, P: int, NB: int,
-    SEGMENTED: bool,
+    SEGMENTED: bool, DIRECT: bool,
 ):  # fmt: skip
-    """Record the segment's local end state (and, with segments, its total log decay)."""
-    ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=state.reshape((1, 1, 1, P, NB)))
-    if SEGMENTED:
-        if nblock == 0:
-            ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
+    """Record the segment's local end state (and, with segments, its total log decay). DIRECT
+    (two segments, no final states): seg_end is then compute_out's segment starts in the states'
+    dtype; segment 0 writes H_0 = 0 and H_1, its own end state, and segment 1 nothing."""
+    if DIRECT:
+        if seg == 0:
+            zero = ct.zeros((1, 1, 1, P, NB), dtype=seg_end.dtype)
+            ct.store(seg_end, index=(batch, 0, head, 0, nblock), tile=zero)
+            end = state.reshape((1, 1, 1, P, NB)).astype(seg_end.dtype)
+            ct.store(seg_end, index=(batch, 1, head, 0, nblock), tile=end)
+    else:
+        end = state.reshape((1, 1, 1, P, NB))
+        ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=end)
+        if SEGMENTED:
+            if nblock == 0:
+                ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
 
 
 @ct.kernel
@@ -132,7 +144,8 @@ def fwd_pass_state_kernel(
     dA_cumsum,  # (b, h, nchunks, Q) float32
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
-    seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk
+    seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk; with
+    # DIRECT each segment's true start state, in the states' dtype
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
@@ -152,6 +165,7 @@ def fwd_pass_state_kernel(
     LAT: ConstInt,
     WEIGHTS: ConstBool,
     STORE_TMA: ConstBool,
+    DIRECT: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -223,12 +237,13 @@ def fwd_pass_state_kernel(
         state1 = acc1
 
     _finish_segment(
-        seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED
+        seg_end, seg_total, state0, log_decay0, batch, seg, head, nblock, P, NB, SEGMENTED, DIRECT
     )
     if HS == 2:
         _finish_segment(
-            seg_end, seg_total, state1, log_decay1, batch, seg, head + 1, nblock, P, NB, SEGMENTED
-        )
+            seg_end, seg_total, state1, log_decay1, batch, seg, head + 1, nblock, P, NB,
+            SEGMENTED, DIRECT,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -236,15 +251,11 @@ class StatePass:
     """What fwd_pass_state leaves for compute_out (and the final states)."""
 
     states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment
-    final: torch.Tensor | None  # (b, h, p, n) float32; None when not asked for and not computed
+    final: torch.Tensor | None  # (b, h, p, n) float32; None when not asked for (DIRECT)
     segments: int
     seg_len: int  # chunks per segment (the last one may be shorter)
-    # (b, S, h, p, n): true state at each segment's start; None with one segment, or with several
-    # when compute_out scans seg_end itself (no segment_scan launched).
-    seg_start: torch.Tensor | None
+    seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
-    seg_end: torch.Tensor | None = None  # (b, S, h, p, n) float32: each segment's local end state
-    seg_total: torch.Tensor | None = None  # (b, h, S) float32: each segment's total log2 decay
 
 
 def fwd_pass_state(
@@ -257,25 +268,24 @@ def fwd_pass_state(
     config: SSDConfig = DEFAULT_CONFIG,
     final_states: bool = True,
 ) -> StatePass:
-    """Launch fwd_pass_state, and segment_scan when the chunks are split into segments, unless
-    compute_out is to scan the segment ends itself: where the config folds the segments' start
-    states in, has them at most `out_scan_segments`, and the final states are not asked for."""
+    """Launch fwd_pass_state, and segment_scan when the chunks are split into segments, except
+    for two segments where the final states are not asked for (the walk's DIRECT stores)."""
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
-        x, B, dt_out, dA_cumsum, weight, initial_states, config
+        x, B, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
     segments, seg_len = args[12:14]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
-    if not final_states and config.out_fold_segments and segments <= config.out_scan_segments:
-        return StatePass(states, None, segments, seg_len, None, seg_decay, seg_end, seg_total)
+    if args[-1]:  # DIRECT: seg_end holds the segments' start states
+        return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
-    return StatePass(states, final, segments, seg_len, seg_start, seg_decay, seg_end, seg_total)
+    return StatePass(states, final, segments, seg_len, seg_start, seg_decay)
 
 
 def fwd_pass_state_launch(
@@ -286,6 +296,7 @@ def fwd_pass_state_launch(
     weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
     config: SSDConfig,
+    final_states: bool = True,
 ) -> tuple[tuple[int, int, int], object, tuple]:
     """(grid, kernel, arguments) of the walk's launch, outputs allocated."""
     batch, _, nheads, headdim = x.shape
@@ -300,8 +311,11 @@ def fwd_pass_state_launch(
         config.state_segments, nchunks, walkers, config.state_occupancy, x.device
     )
     device, f32 = x.device, torch.float32
+    direct = segments == 2 and not final_states
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
-    seg_end = torch.empty(batch, segments, nheads, headdim, dstate, device=device, dtype=f32)
+    seg_end = torch.empty(
+        batch, segments, nheads, headdim, dstate, device=device, dtype=x.dtype if direct else f32
+    )
     shape_total, shape_decay = (
         ((batch, nheads, segments), (batch, nheads, nchunks))
         if segments > 1
@@ -320,7 +334,7 @@ def fwd_pass_state_launch(
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma),
+        bool(config.state_store_tma), direct,
     )  # fmt: skip
     return grid, kernel, args
 

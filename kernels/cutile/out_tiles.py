@@ -73,7 +73,6 @@ def carried_state(
     states,
     seg_start,
     seg_decay,
-    seg_total,
     c_first,
     batch,
     chunk,
@@ -88,17 +87,15 @@ def carried_state(
     mma_dtype,
     SEGMENTED: bool,
     FOLD: bool,
-    SCAN: bool,
 ):
     """C[m]·h(chunk)ᵀ for one head; with segments, h = h_local + exp(decay since the segment's
-    start)·H_segment (see fwd_pass_state). FOLD (only with segments) sums the two in the states'
-    dtype before one mma per slice, the state passing through registers; otherwise the H term is
-    a second product whose operands come straight from memory. SCAN (only with FOLD): seg_start
-    holds the walk's local segment ends, and H is scanned from them here (`scanned_start`)."""
+    start)·H_segment (see fwd_pass_state). FOLD (only with segments) sums the two in fp32 before
+    one mma per slice, the state passing through registers; otherwise the H term is a second
+    product whose operands come straight from memory."""
     if FOLD:
         return folded_state(
-            C, states, seg_start, seg_decay, seg_total, c_first, batch, chunk, head, row_block,
-            group, seg_len, TM, P, NS, slices, mma_dtype, SCAN,
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype,
         )  # fmt: skip
     acc = c_times_state(
         C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
@@ -126,41 +123,24 @@ def carried_state(
 
 
 def folded_state(
-    C, states, seg_start, seg_decay, seg_total, c_first, batch, chunk, head, row_block, group,
-    seg_len, TM: int, P: int, NS: int, slices: int, mma_dtype, SCAN: bool,
+    C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
+    TM: int, P: int, NS: int, slices: int, mma_dtype,
 ):  # fmt: skip
     """C[m]·(h_local + scale·H_segment)ᵀ, the sum taken in the states' stored dtype (packed bf16
     FMAs for bf16 inputs: against an fp32 sum −0.2 to −1.7 % at segmented dstate-64 points, the
-    same errors; docs/performance.md, change 38); H of segment 0 is zero (segment_scan, or no
-    step of the scan), so no branch."""
+    same errors; docs/performance.md, change 38); H of segment 0 is zero (segment_scan), so no
+    branch."""
     scale = ct.load(seg_decay, index=(batch, head, chunk), shape=(1, 1, 1)).reshape((1, 1))
-    seg = chunk // seg_len
     acc = ct.zeros((TM, P), dtype=ct.float32)
     for s in range(slices):
         c_s = c_first
         if s > 0:
             c_s = c_slice(C, batch, row_block, group, s, TM, NS, mma_dtype)
         local = state_slice(states, batch, chunk, head, s, P, NS)
-        if SCAN:
-            start = scanned_start(seg_start, seg_total, batch, seg, head, s, P, NS)
-            start = start.astype(local.dtype)
-        else:
-            start = state_slice(seg_start, batch, seg, head, s, P, NS)
+        start = state_slice(seg_start, batch, chunk // seg_len, head, s, P, NS)
         folded = local + scale.astype(local.dtype) * start
         acc = ct.mma(c_s, folded.astype(mma_dtype), acc)
     return acc
-
-
-def scanned_start(seg_end, seg_total, batch, seg, head, s, P: int, NS: int):
-    """H of segment `seg`, dstate slice s, as an fp32 (NS, P) tile, by segment_scan's recurrence
-    (H_0 = 0, H_{j+1} = exp2(total_j)·H_j + end_j) over the walk's local segment ends (fp32) and
-    total log2 decays: a few more L2 loads per CTA where there are few segments, in place of
-    segment_scan's launch; rounded to the states' dtype as segment_scan stores it."""
-    start = ct.zeros((NS, P), dtype=ct.float32)
-    for j in range(seg):
-        total = ct.load(seg_total, index=(batch, head, j), shape=(1, 1, 1)).reshape((1, 1))
-        start = exp2(total) * start + state_slice(seg_end, batch, j, head, s, P, NS)
-    return start
 
 
 def c_times_b(

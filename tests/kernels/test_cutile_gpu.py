@@ -98,7 +98,16 @@ CASES = {
     "segmented-N64-one-per-sm-pdl": dict(
         seqlen=7000, nheads=24, dstate=64, chunk_size=128, has_initial_states=True
     ),
-}
+    # two segments and no final states: the walk stores the segment starts, no segment_scan
+    # (folded at dstate 64, ragged, from initial states; a second product at 128)
+    "two-segments-direct-N64": dict(
+        seqlen=2000, nheads=64, dstate=64, chunk_size=128, has_initial_states=True,
+        return_final_states=False,
+    ),
+    "two-segments-direct-N128": dict(
+        seqlen=4096, nheads=32, dstate=128, chunk_size=128, return_final_states=False
+    ),
+}  # fmt: skip
 
 
 def _seed(name: str) -> int:
@@ -185,6 +194,15 @@ CONFIGS = {
     "walk-plain-state-stores": SSDConfig(state_store_tma=0, state_heads=2, state_segments=3),
 }
 
+# Two segments without final states (the walk's DIRECT stores) under other knobs: two heads per
+# walker with plain state stores; C·Bᵀ from chunk_cb for pairs of heads, folded.
+DIRECT_CONFIGS = {
+    "direct-two-heads-plain-stores": SSDConfig(
+        state_segments=2, state_heads=2, state_store_tma=0, out_fold_segments=1
+    ),
+    "direct-cb-pairs": SSDConfig(state_segments=2, out_cb=1, out_heads=2),
+}
+
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_launch_configurations(name: str) -> None:
@@ -192,6 +210,16 @@ def test_launch_configurations(name: str) -> None:
         BASE, seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128, has_initial_states=True
     )
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), CONFIGS[name])
+
+
+@pytest.mark.parametrize("name", list(DIRECT_CONFIGS))
+def test_two_segment_configurations_without_final_states(name: str) -> None:
+    problem = replace(
+        BASE, seqlen=1500, chunk_size=256, nheads=8, ngroups=2, dstate=128,
+        has_initial_states=True, return_final_states=False,
+    )  # fmt: skip
+    inputs = make_inputs(problem, seed=_seed(name), device="cuda")
+    _check(name, problem, inputs, DIRECT_CONFIGS[name])
 
 
 # compute_out_chunk_kernel (chunks up to 128) beyond its default (the N256-Q128 case above):
@@ -217,29 +245,6 @@ CHUNK_KERNEL_CASES = {
 @pytest.mark.parametrize("name", list(CHUNK_KERNEL_CASES))
 def test_chunk_kernel_configurations(name: str) -> None:
     fields, config = CHUNK_KERNEL_CASES[name]
-    problem = replace(BASE, **fields)
-    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
-
-
-# compute_out scanning the walk's segment ends for each segment's start state (no segment_scan,
-# no final states asked for): the row-block kernel with pairs of heads over three ragged segments
-# from initial states, with groups; the chunk kernel in fp32 with z over four segments.
-SCAN_CASES = {
-    "scanned-segments-two-heads-initial-ragged": (
-        dict(seqlen=1500, nheads=8, ngroups=2, has_initial_states=True, return_final_states=False),
-        SSDConfig(state_segments=3, out_heads=2, out_fold_segments=1, out_scan_segments=4),
-    ),
-    "scanned-segments-chunk-kernel-fp32-z": (
-        dict(seqlen=1000, chunk_size=64, dtype="float32", has_z=True, return_final_states=False),
-        SSDConfig(out_chunk_heads=8, out_occupancy=1, state_segments=4, out_fold_segments=1,
-                  out_scan_segments=8),
-    ),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", list(SCAN_CASES))
-def test_scanned_segment_configurations(name: str) -> None:
-    fields, config = SCAN_CASES[name]
     problem = replace(BASE, **fields)
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 

@@ -3,8 +3,6 @@ the recording of launches, on the CPU (meta tensors; nothing runs)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 pytest.importorskip("cuda.tile")
@@ -77,33 +75,21 @@ def test_every_forward_launches_the_same_kernel_objects(config: SSDConfig) -> No
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
 
 
-SCANNED = SSDConfig(state_segments=2, out_fold_segments=1, out_scan_segments=2)
-
-
-def test_compute_out_scans_few_folded_segments_when_no_final_states_are_asked() -> None:
-    """No segment_scan: compute_out gets the walk's fp32 segment ends and its SCAN constant."""
-    launches = _recorded(SCANNED, final_states=False)
-    assert [kernel._pyfunc.__name__ for _, kernel, _, _ in launches] == [
-        "chunk_cumsum_kernel",
-        "fwd_pass_state_kernel",
-        "compute_out_kernel",
-    ]
-    walk_args, out_args = launches[1][2], launches[2][2]
-    seg_end, seg_total = walk_args[6], walk_args[7]
-    assert out_args[5] is seg_end and out_args[7] is seg_total
-    assert out_args[-3:-1] == (True, True)  # FOLD, SCAN
+def test_two_segments_without_final_states_skip_segment_scan() -> None:
+    """The walk's segment 0 stores the segment starts (DIRECT) in the states' dtype, and
+    compute_out reads them as segment_scan's."""
+    launches = _recorded(SSDConfig(state_segments=2), final_states=False)
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
+    assert names == ["chunk_cumsum_kernel", "fwd_pass_state_kernel", "compute_out_kernel"]
+    walk, out = launches[1][2], launches[2][2]
+    assert walk[-1] is True  # DIRECT
+    assert out[5] is walk[6] and walk[6].dtype == walk[5].dtype  # seg_start: the states' dtype
 
 
 @pytest.mark.parametrize(
-    ("config", "final_states"),
-    [
-        (SCANNED, True),  # the final states need segment_scan
-        (replace(SCANNED, out_scan_segments=1), False),  # more segments than compute_out scans
-        (replace(SCANNED, out_fold_segments=0), False),  # the scan comes with the fold only
-    ],
-    ids=["final-states", "too-many-segments", "unfolded"],
+    ("segments", "final_states"), [(2, True), (3, False)], ids=["final-states", "three-segments"]
 )
-def test_segment_scan_runs_otherwise(config: SSDConfig, final_states: bool) -> None:
-    names = [name for name, _ in _launches(config, final_states=final_states)]
-    assert names.count("segment_scan_kernel") == 1
-    assert _recorded(config, final_states=final_states)[-1][2][-2] is False  # SCAN
+def test_segment_scan_runs_otherwise(segments: int, final_states: bool) -> None:
+    launches = _recorded(SSDConfig(state_segments=segments), final_states=final_states)
+    assert [k._pyfunc.__name__ for _, k, _, _ in launches].count("segment_scan_kernel") == 1
+    assert launches[1][2][-1] is False  # DIRECT
