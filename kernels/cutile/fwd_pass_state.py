@@ -120,23 +120,20 @@ def _finish_segment(
     SEGMENTED: bool, DIRECT: bool,
 ):  # fmt: skip
     """Record the segment's local end state (and, with segments, its total log decay). DIRECT
-    (two segments, no final states): seg_end then holds compute_out's segment starts in the
-    states' dtype, slots 0 and 1 (H_0 = 0, and H_1, segment 0's end), which segment 0 writes;
-    segment 1 writes the same pair into slots 2 and 3, unused, so no branch is needed. The total
-    decay is stored though unused then: without it tileiras builds the walk's producer loop
-    without its two chunks of prologue loads, and that walk took 2 µs longer at 2K/64/64 (H200,
-    run 177)."""
+    (two segments, no final states): seg_end is then compute_out's segment starts in the states'
+    dtype; segment 0 writes H_0 = 0 and H_1, its own end state, and segment 1 nothing."""
     if DIRECT:
-        zero = ct.zeros((1, 1, 1, P, NB), dtype=seg_end.dtype)
-        ct.store(seg_end, index=(batch, 2 * seg, head, 0, nblock), tile=zero)
-        end = state.reshape((1, 1, 1, P, NB)).astype(seg_end.dtype)
-        ct.store(seg_end, index=(batch, 2 * seg + 1, head, 0, nblock), tile=end)
+        if seg == 0:
+            zero = ct.zeros((1, 1, 1, P, NB), dtype=seg_end.dtype)
+            ct.store(seg_end, index=(batch, 0, head, 0, nblock), tile=zero)
+            end = state.reshape((1, 1, 1, P, NB)).astype(seg_end.dtype)
+            ct.store(seg_end, index=(batch, 1, head, 0, nblock), tile=end)
     else:
         end = state.reshape((1, 1, 1, P, NB))
         ct.store(seg_end, index=(batch, seg, head, 0, nblock), tile=end)
-    if SEGMENTED:
-        if nblock == 0:
-            ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
+        if SEGMENTED:
+            if nblock == 0:
+                ct.store(seg_total, index=(batch, head, seg), tile=log_decay.reshape((1, 1, 1)))
 
 
 @ct.kernel
@@ -283,8 +280,8 @@ def fwd_pass_state(
     segments, seg_len = args[12:14]
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
-    if args[-1]:  # DIRECT: seg_end holds the segments' start states (and two unused slots)
-        return StatePass(states, None, segments, seg_len, seg_end[:, :2], seg_decay)
+    if args[-1]:  # DIRECT: seg_end holds the segments' start states
+        return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
@@ -316,10 +313,8 @@ def fwd_pass_state_launch(
     device, f32 = x.device, torch.float32
     direct = segments == 2 and not final_states
     states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
-    seg_end = (
-        torch.empty(batch, 4, nheads, headdim, dstate, device=device, dtype=x.dtype)
-        if direct
-        else torch.empty(batch, segments, nheads, headdim, dstate, device=device, dtype=f32)
+    seg_end = torch.empty(
+        batch, segments, nheads, headdim, dstate, device=device, dtype=x.dtype if direct else f32
     )
     shape_total, shape_decay = (
         ((batch, nheads, segments), (batch, nheads, nchunks))
