@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.variants import parse_shape, parse_variant, point_config
+from scripts.variants import parse_points, parse_shape, parse_variant, point_config
 
 
 def test_variants_parse() -> None:
@@ -34,6 +34,17 @@ def test_shapes_parse() -> None:
     assert (problem.seqlen, problem.nheads, problem.dstate) == (16384, 64, 256)
     assert problem.return_final_states and problem.chunk_size == 256
     assert parse_shape("4096:32:64:128").chunk_size == 128
+    assert not parse_shape("4096:32:64:128", final_states=False).return_final_states
+
+
+def test_points_pass_the_final_states_choice_to_every_shape() -> None:
+    import argparse
+
+    problems, variants = parse_points(
+        argparse.ArgumentParser(), "2048:64:64:128,4096:32:128", [], final_states=False
+    )
+    assert [p.return_final_states for p in problems] == [False, False]
+    assert variants == [("default", {})]
 
 
 @pytest.mark.parametrize(
