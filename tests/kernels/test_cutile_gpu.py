@@ -195,7 +195,7 @@ CONFIGS = {
 }
 
 # Two segments without final states (the walk's DIRECT stores) under other knobs: two heads per
-# walker with plain state stores; C·Bᵀ from chunk_cb for pairs of heads, folded.
+# walker with plain state stores, the start folded in; C·Bᵀ from chunk_cb for pairs of heads.
 DIRECT_CONFIGS = {
     "direct-two-heads-plain-stores": SSDConfig(
         state_segments=2, state_heads=2, state_store_tma=0, out_fold_segments=1

@@ -1,5 +1,6 @@
 """kernels/cutile/launch.py: which kernels of the forward launch as programmatic dependents, and
-the recording of launches, on the CPU (meta tensors; nothing runs)."""
+the recording of launches, on the CPU (meta tensors; nothing runs); and which forwards leave
+segment_scan out (fwd_pass_state's DIRECT stores)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,10 @@ def _recorded(config: SSDConfig, sms: int = 132, final_states: bool = True) -> l
     return recording.launches
 
 
-def _launches(
-    config: SSDConfig, sms: int = 132, final_states: bool = True
-) -> list[tuple[str, bool]]:
+def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
     """(kernel function name, launched as a programmatic dependent) of one forward, in order."""
     return [
-        (kernel._pyfunc.__name__, dependent)
-        for _, kernel, _, dependent in _recorded(config, sms, final_states)
+        (kernel._pyfunc.__name__, dependent) for _, kernel, _, dependent in _recorded(config, sms)
     ]
 
 
