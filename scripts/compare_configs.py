@@ -49,7 +49,7 @@ from scripts.variants import parse_points, point_config  # noqa: E402
 
 def check(problem: Problem, forward: Callable, ref) -> tuple[float, float]:
     """(relative error of out, of final states: NaN where the problem asks for none) against
-    the float64 reference."""
+    `ref`, the float64 reference's result (out alone, or (out, final states))."""
     correctness.poison_cuda_allocator("cuda", output_bytes(problem))
     if not problem.return_final_states:
         return correctness.relative_error(forward(), ref), float("nan")
