@@ -3,19 +3,15 @@ heads of one group, whole chunk, batch). The chunk's C·Bᵀ is computed once fo
 the heads are walked in a loop, so that one head's state and x loads can be in flight during the
 previous head's products. The causal decay is one exponential per element of the (Q, Q) tile:
 splitting it into half-chunk blocks with a row times column factor below the diagonal, as
-compute_out.py's kernel does, was slower (H200, run 44). With RANK1, a head whose decays over
-the chunk span at most SPAN_LIMIT (log2 units) takes the whole tile's decay as a row times a
-column factor instead, exp2(dA[m] − hi)·exp2(hi − dA[k]) with hi the chunk's largest dA: both
-factors and every product stay within 2**±SPAN_LIMIT, so nothing overflows or flushes, and the
-tile needs Q exponentials instead of Q·Q; other heads keep the exact path. The launch is
-compute_out.py's `compute_out_launch`.
+compute_out.py's kernel does, was slower (H200, run 44). The launch is compute_out.py's
+`compute_out_launch`.
 """
 
 from __future__ import annotations
 
 import cuda.tile as ct
 
-from kernels.cutile.decay import LOG2E, exp2
+from kernels.cutile.decay import exp2
 from kernels.cutile.indices import group_of
 from kernels.cutile.out_tiles import (
     c_slice,
@@ -29,11 +25,6 @@ from kernels.cutile.out_tiles import (
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
-
-# The widest decay span (log2 units) a head may have for RANK1's factored weights: the column
-# factor reaches 2**SPAN_LIMIT, and times C·Bᵀ, dt and x's sum over a chunk it stays far below
-# float32's 2**128.
-SPAN_LIMIT = 64.0
 
 
 @ct.kernel
@@ -62,7 +53,6 @@ def compute_out_chunk_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    RANK1: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -78,21 +68,13 @@ def compute_out_chunk_kernel(
     for i in range(HL):
         head = head0 + i
         dA, dt = k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
-        carried = carried_state(
+        acc = carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
             Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-        )  # fmt: skip
+        ) * exp2(dA)[:, None]  # fmt: skip
         x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
-        if RANK1:  # probe: unguarded, dA[0] as the anchor (exact only while spans stay < 126)
-            hi = ct.load(dA_cumsum, index=(batch, head, chunk, 0), shape=(1, 1, 1, 1))
-            hi = hi.reshape((1,)) * LOG2E
-            column = exp2(hi - dA) * dt
-            weight = ct.where(causal, cb * column[None, :], 0.0).astype(mma_dtype)
-            acc = ct.mma(weight, x_c.astype(mma_dtype), carried * exp2(hi)[None, :])
-            acc = acc * exp2(dA - hi)[:, None]
-        else:
-            weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-            acc = ct.mma(weight, x_c.astype(mma_dtype), carried * exp2(dA)[:, None])
+        weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
+        acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
         finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
 
 

@@ -239,15 +239,6 @@ CHUNK_KERNEL_CASES = {
              D_has_hdim=True, has_z=True),
         SSDConfig(out_chunk_heads=16, out_occupancy=1, out_hint_decays=1),
     ),
-    # The factored decay (out_rank1): heads within SPAN_LIMIT and heads beyond it in one launch.
-    "chunk-kernel-rank1-segments-initial-ragged": (
-        dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=128, has_initial_states=True),
-        SSDConfig(out_chunk_heads=4, out_occupancy=1, state_segments=3, out_rank1=1),
-    ),
-    "chunk-kernel-rank1-N256-bf16": (
-        dict(seqlen=2048, chunk_size=128, nheads=32, dstate=256),
-        SSDConfig(out_chunk_heads=8, out_occupancy=1, out_rank1=1, out_slice_n=256),
-    ),
 }  # fmt: skip
 
 
