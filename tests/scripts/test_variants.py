@@ -3,6 +3,8 @@ work."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from scripts.variants import parse_points, parse_shape, parse_variant, point_config
@@ -38,8 +40,6 @@ def test_shapes_parse() -> None:
 
 
 def test_points_pass_the_final_states_choice_to_every_shape() -> None:
-    import argparse
-
     problems, variants = parse_points(
         argparse.ArgumentParser(), "2048:64:64:128,4096:32:128", [], final_states=False
     )
