@@ -53,7 +53,7 @@ def compute_out_chunk_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    AHEAD: ConstBool,
+    SPLIT: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -66,40 +66,21 @@ def compute_out_chunk_kernel(
     cb = c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
     rows = ct.arange(Q, dtype=ct.int32)
     causal = rows[:, None] >= rows[None, :]
-    if AHEAD:
-        dA, dt = k_decays(dA_cumsum, dt_out, batch, head0, chunk, 0, Q, LAT, HINT)
-        weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-        for i in range(HL - 1):
-            head = head0 + i
-            acc = carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group,
-                seg_len, Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * exp2(dA)[:, None]  # fmt: skip
-            x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
-            acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
-            dA, dt = k_decays(dA_cumsum, dt_out, batch, head + 1, chunk, 0, Q, LAT, HINT)
-            weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-            finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
-        head = head0 + HL - 1
-        acc = carried_state(
+    for i in range(HL):
+        head = head0 + i
+        dA, dt = k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
+        carried = carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
             Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-        ) * exp2(dA)[:, None]  # fmt: skip
+        )  # fmt: skip
         x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
-        acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
+        weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
+        if SPLIT:
+            intra = ct.mma(weight, x_c.astype(mma_dtype), ct.zeros((Q, P), dtype=ct.float32))
+            acc = carried * exp2(dA)[:, None] + intra
+        else:
+            acc = ct.mma(weight, x_c.astype(mma_dtype), carried * exp2(dA)[:, None])
         finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
-    else:
-        for i in range(HL):
-            head = head0 + i
-            dA, dt = k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
-            acc = carried_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
-                Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
-            ) * exp2(dA)[:, None]  # fmt: skip
-            x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
-            weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-            acc = ct.mma(weight, x_c.astype(mma_dtype), acc)
-            finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
 
 
 # Two warpgroups for the chunk kernel's (Q, Q) tiles: with one, 128-row chunks spill 750-1040
