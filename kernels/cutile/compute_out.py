@@ -360,7 +360,6 @@ def compute_out_launch(
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
             z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
-            bool(config.out_rank1),
         )  # fmt: skip
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1

@@ -3,8 +3,10 @@ heads of one group, whole chunk, batch). The chunk's C·Bᵀ is computed once fo
 the heads are walked in a loop, so that one head's state and x loads can be in flight during the
 previous head's products. The causal decay is one exponential per element of the (Q, Q) tile:
 splitting it into half-chunk blocks with a row times column factor below the diagonal, as
-compute_out.py's kernel does, was slower (H200, run 44). The launch is compute_out.py's
-`compute_out_launch`.
+compute_out.py's kernel does, was slower (H200, run 44). The carried state's product and the
+intra-chunk product go into separate accumulators, summed once both are done: scaling the first
+by exp(dA) before the second made each head wait for its C·hᵀ mma in mid-chain (−5 to −7 % of
+this kernel's time with two, H200, run 186). The launch is compute_out.py's `compute_out_launch`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ def compute_out_chunk_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
-    SPLIT: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -75,11 +76,8 @@ def compute_out_chunk_kernel(
         )  # fmt: skip
         x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
         weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)
-        if SPLIT:
-            intra = ct.mma(weight, x_c.astype(mma_dtype), ct.zeros((Q, P), dtype=ct.float32))
-            acc = carried * exp2(dA)[:, None] + intra
-        else:
-            acc = ct.mma(weight, x_c.astype(mma_dtype), carried * exp2(dA)[:, None])
+        intra = ct.mma(weight, x_c.astype(mma_dtype), ct.zeros((Q, P), dtype=ct.float32))
+        acc = carried * exp2(dA)[:, None] + intra
         finish(acc, x_c, D, z, out, batch, chunk, head, Q, P, D_MODE, HAS_Z)
 
 
