@@ -5,8 +5,8 @@ previous head's products. The causal decay is one exponential per element of the
 splitting it into half-chunk blocks with a row times column factor below the diagonal, as
 compute_out.py's kernel does, was slower (H200, run 44). The carried state's product and the
 intra-chunk product go into separate accumulators, summed once both are done: scaling the first
-by exp(dA) before the second made each head wait for its C·hᵀ mma in mid-chain (−5 to −7 % of
-this kernel's time with two, H200, run 186). The launch is compute_out.py's `compute_out_launch`.
+by exp(dA) before the second made each head wait for its C·hᵀ mma in mid-chain (this kernel
+−3 to −6 % with two, H200, run 187). The launch is compute_out.py's `compute_out_launch`.
 """
 
 from __future__ import annotations
