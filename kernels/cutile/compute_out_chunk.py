@@ -6,7 +6,8 @@ splitting it into half-chunk blocks with a row times column factor below the dia
 compute_out.py's kernel does, was slower (H200, run 44). The carried state's product and the
 intra-chunk product go into separate accumulators, summed once both are done: scaling the first
 by exp(dA) before the second made each head wait for its C·hᵀ mma in mid-chain (this kernel
-−3 to −6 % with two, H200, run 187). The launch is compute_out.py's `compute_out_launch`.
+−3 to −6 % with two, H200, run 187, although the second accumulator costs 64 B of spills a
+thread on sm_90). The launch is compute_out.py's `compute_out_launch`.
 """
 
 from __future__ import annotations
