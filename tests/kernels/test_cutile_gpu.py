@@ -239,6 +239,10 @@ CHUNK_KERNEL_CASES = {
              D_has_hdim=True, has_z=True),
         SSDConfig(out_chunk_heads=16, out_occupancy=1, out_hint_decays=1),
     ),
+    "chunk-kernel-N256-noD": (
+        dict(seqlen=1100, chunk_size=128, nheads=8, dstate=256, has_D=False),
+        SSDConfig(out_chunk_heads=8, out_occupancy=1),
+    ),
 }  # fmt: skip
 
 
