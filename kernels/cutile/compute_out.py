@@ -115,7 +115,8 @@ def _cb_tile(
 
 def _log2_decay(dA_cumsum, batch, head, chunk, block, T: int):
     """dA at the T positions of one block of a chunk, in log2 units (kernels/cutile/decay.py)."""
-    dA = ct.load(dA_cumsum, index=(batch, head, chunk, block), shape=(1, 1, 1, T))
+    index = (batch, head, chunk, block)
+    dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, T), allow_tma=False)
     return dA.reshape((T,)) * LOG2E
 
 
