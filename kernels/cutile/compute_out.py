@@ -114,7 +114,11 @@ def _cb_tile(
 
 
 def _log2_decay(dA_cumsum, batch, head, chunk, block, T: int):
-    """dA at the T positions of one block of a chunk, in log2 units (kernels/cutile/decay.py)."""
+    """dA at the T positions of one block of a chunk, in log2 units (kernels/cutile/decay.py).
+    Loaded plainly, not by TMA: tileiras put a TMA load of these few bytes in the shared-memory
+    slot the carried state's tile takes next, so the state's load waited until the workers had
+    read them, two memory round trips at each CTA's start instead of one (H200: −3.5 to −5.4 % in
+    all at dstate 128 and at 128 heads with dstate 64; docs/performance.md, change 68)."""
     index = (batch, head, chunk, block)
     dA = ct.load(dA_cumsum, index=index, shape=(1, 1, 1, T), allow_tma=False)
     return dA.reshape((T,)) * LOG2E
