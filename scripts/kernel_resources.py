@@ -15,6 +15,9 @@ spills, or needs far more registers than the default, is rarely worth device tim
     # one kernel only (a survey of one knob over many shapes compiles nothing else)
     python scripts/kernel_resources.py --sass --kernel fwd_pass_state --shapes 16384:64:256:256 \
         --variant base={} --variant lat8='{"state_latency": 8}'
+    # the machine code itself, one file per launch, to read where a build waits (change 68)
+    python scripts/kernel_resources.py --kernel compute_out --sass-dir /tmp/sass \
+        --shapes 65536:128:64:128
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ def main() -> int:
     parser.add_argument(
         "--sass", action="store_true", help="add the machine code's instruction count and hash"
     )
+    parser.add_argument(
+        "--sass-dir", type=Path, help="also write each launch's machine code (nvdisasm) here"
+    )
     args = parser.parse_args()
     if not (args.shapes or args.symbol or args.symbols):
         parser.error("give --shapes, --symbol or --symbols: what to compile")
@@ -70,7 +76,13 @@ def main() -> int:
         parser.error(f"--kernel must be one of {', '.join(KERNEL_PREFIXES)}, got {args.kernel!r}")
     from harness.inputs import meta_inputs
     from kernels.cutile.config import with_occupancy
-    from kernels.cutile.resources import compile_cubin, nvdisasm, read_cubin, sass_digest
+    from kernels.cutile.resources import (
+        compile_cubin,
+        disassemble,
+        nvdisasm,
+        read_cubin,
+        sass_digest,
+    )
     from kernels.cutile.signatures import forward_launches, from_symbol
 
     launches = []  # (point, variant, kernel name, kernel with its hint, signature)
@@ -93,17 +105,22 @@ def main() -> int:
         parser.error(str(err))
     if args.kernel is not None:
         launches = [launch for launch in launches if launch[2].startswith(args.kernel)]
-    tool = nvdisasm() if args.sass else None
-    if args.sass and tool is None:
-        parser.error("--sass needs nvdisasm (on PATH, or in the triton package)")
-    sass_header = f" {'instrs':>6} {'sass':<12}" if tool else ""
+    tool = nvdisasm() if args.sass or args.sass_dir else None
+    if (args.sass or args.sass_dir) and tool is None:
+        parser.error("--sass and --sass-dir need nvdisasm (on PATH, or in the triton package)")
+    if args.sass_dir:
+        args.sass_dir.mkdir(parents=True, exist_ok=True)
+    sass_header = f" {'instrs':>6} {'sass':<12}" if args.sass else ""
     width = max([5, *(len(launch[0]) for launch in launches)])  # whole keys: chunk lengths differ
     print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
           f"{'shared KB':>9}{sass_header}")  # fmt: skip
     for point, variant, name, kernel, signature in launches:
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
-        sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if tool else ""
+        sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if args.sass else ""
+        if args.sass_dir:
+            dump = args.sass_dir / f"{point or 'symbol'}_{variant or 'recorded'}_{name}.sass"
+            dump.write_text(disassemble(cubin, tool))
         shared_kb = res.shared_bytes / 1024
         print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
               f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip

@@ -117,13 +117,21 @@ def nvdisasm() -> str | None:
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*$")
 
 
+def disassemble(cubin: bytes, tool: str) -> str:
+    """A cubin's machine code as `tool` (nvdisasm) prints it, addresses included: what to read
+    when two builds differ, e.g. which barrier a load waits on before it is issued."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run(
+            [tool, "-c", f.name], capture_output=True, text=True, check=True
+        ).stdout
+
+
 def sass_digest(cubin: bytes, tool: str) -> tuple[int, str]:
     """(instructions, a 12-digit hash of them) of a cubin's machine code, disassembled by `tool`
     (nvdisasm). Addresses, labels and the kernel's name are left out, so two configurations
     that differ only in a constant the code never reads compare equal."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True)
-    lines = [m.group(1) for m in map(_INSTRUCTION.match, text.stdout.splitlines()) if m]
+    text = disassemble(cubin, tool)
+    lines = [m.group(1) for m in map(_INSTRUCTION.match, text.splitlines()) if m]
     return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]

@@ -158,3 +158,26 @@ def test_the_hinted_decays_change_the_machine_code_and_a_repeat_does_not() -> No
 
     assert digest({}) == digest({})
     assert digest({}) != digest({"out_hint_decays": 0})
+
+
+@pytest.mark.slow
+def test_the_carried_state_is_loaded_without_waiting_for_the_row_decays() -> None:
+    """Change 68: compute_out's producer issues C's and the carried state's tiles at the CTA's
+    start, before any wait. With the rows' decays on TMA too, it issued those and then waited
+    for the workers to read them before the state's load, into the same shared-memory slot."""
+    pytest.importorskip("cuda.tile")
+    tool = nvdisasm()
+    if tool is None:
+        pytest.skip("no nvdisasm (on PATH or in the triton package)")
+    from harness.inputs import meta_inputs
+    from kernels.cutile.resources import compile_cubin, disassemble
+    from kernels.cutile.signatures import forward_launches
+    from scripts.variants import parse_shape, point_config
+
+    problem = parse_shape("65536:128:64:128")  # one head per CTA, unsegmented
+    launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, {}))
+    ((_, kernel, signature),) = [x for x in launches if x[0] == "compute_out_kernel"]
+    code = disassemble(compile_cubin(kernel, signature), tool).splitlines()
+    first_load = next(i for i, line in enumerate(code) if "UTMALDG" in line)
+    first_wait = next(i for i in range(first_load, len(code)) if "SYNCS.PHASECHK" in code[i])
+    assert sum("UTMALDG" in line for line in code[first_load:first_wait]) == 2

@@ -76,3 +76,24 @@ def test_one_kernel_at_two_chunk_lengths_is_told_apart() -> None:
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     assert [row[2] for row in rows] == ["fwd_pass_state_kernel"] * 2
     assert ["_Q128_" in rows[0][0], "_Q256_" in rows[1][0]] == [True, True]
+
+
+@pytest.mark.slow
+def test_sass_dir_writes_one_listing_per_launch(tmp_path: Path) -> None:
+    """--sass-dir writes each compiled launch's machine code, named by point, variant and
+    kernel, without --sass's columns unless asked."""
+    pytest.importorskip("cuda.tile")
+    from kernels.cutile.resources import nvdisasm
+
+    if nvdisasm() is None:
+        pytest.skip("no nvdisasm (on PATH or in the triton package)")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "kernel_resources.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--kernel", "compute_out", "--shapes", "1024:32:64:128",
+         "--sass-dir", str(tmp_path / "sass")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (listing,) = (tmp_path / "sass").iterdir()
+    assert listing.name.endswith("_default_compute_out_kernel.sass")
+    assert "HGMMA" in listing.read_text() and "instrs" not in done.stdout
