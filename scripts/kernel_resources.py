@@ -114,12 +114,16 @@ def main() -> int:
     width = max([5, *(len(launch[0]) for launch in launches)])  # whole keys: chunk lengths differ
     print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
           f"{'shared KB':>9}{sass_header}")  # fmt: skip
-    for point, variant, name, kernel, signature in launches:
+    for index, (point, variant, name, kernel, signature) in enumerate(launches):
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
         sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if args.sass else ""
         if args.sass_dir:
-            dump = args.sass_dir / f"{point or 'symbol'}_{variant or 'recorded'}_{name}.sass"
+            # numbered: two --symbol launches have no point or variant to tell them apart
+            dump = (
+                args.sass_dir
+                / f"{index:03d}_{point or 'symbol'}_{variant or 'recorded'}_{name}.sass"
+            )
             dump.write_text(disassemble(cubin, tool))
         shared_kb = res.shared_bytes / 1024
         print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
