@@ -79,9 +79,9 @@ def main() -> int:
     from kernels.cutile.resources import (
         compile_cubin,
         disassemble,
+        listing_digest,
         nvdisasm,
         read_cubin,
-        sass_digest,
     )
     from kernels.cutile.signatures import forward_launches, from_symbol
 
@@ -117,14 +117,12 @@ def main() -> int:
     for index, (point, variant, name, kernel, signature) in enumerate(launches):
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
-        sass = " {:>6} {:<12}".format(*sass_digest(cubin, tool)) if args.sass else ""
+        listing = disassemble(cubin, tool) if tool else ""
+        sass = " {:>6} {:<12}".format(*listing_digest(listing)) if args.sass else ""
         if args.sass_dir:
             # numbered: two --symbol launches have no point or variant to tell them apart
-            dump = (
-                args.sass_dir
-                / f"{index:03d}_{point or 'symbol'}_{variant or 'recorded'}_{name}.sass"
-            )
-            dump.write_text(disassemble(cubin, tool))
+            stem = f"{index:03d}_{point or 'symbol'}_{variant or 'recorded'}_{name}"
+            (args.sass_dir / f"{stem}.sass").write_text(listing)
         shared_kb = res.shared_bytes / 1024
         print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
               f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip

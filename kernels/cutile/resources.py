@@ -132,6 +132,10 @@ def sass_digest(cubin: bytes, tool: str) -> tuple[int, str]:
     """(instructions, a 12-digit hash of them) of a cubin's machine code, disassembled by `tool`
     (nvdisasm). Addresses, labels and the kernel's name are left out, so two configurations
     that differ only in a constant the code never reads compare equal."""
-    text = disassemble(cubin, tool)
-    lines = [m.group(1) for m in map(_INSTRUCTION.match, text.splitlines()) if m]
+    return listing_digest(disassemble(cubin, tool))
+
+
+def listing_digest(listing: str) -> tuple[int, str]:
+    """`sass_digest` of a listing `disassemble` already returned."""
+    lines = [m.group(1) for m in map(_INSTRUCTION.match, listing.splitlines()) if m]
     return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]

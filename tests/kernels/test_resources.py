@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cutile.resources import nvdisasm, read_cubin, sass_digest
+from kernels.cutile.resources import listing_digest, nvdisasm, read_cubin, sass_digest
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
 SYMBOLS = RUNS / "symbols-e5b5da9.jsonl"
@@ -35,19 +35,35 @@ def _compiled(symbol: str, occupancy: int):
     return compile_resources(with_occupancy(kernel, occupancy), signature)
 
 
-def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
-    """Resources of `kernel` as a forward at `shape` launches it under `overrides` over the
-    shape's default config."""
+def _launch(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
+    """(kernel, signature) of `kernel` as a forward at `shape` launches it under `overrides`
+    over the shape's default config."""
     pytest.importorskip("cuda.tile")
     from harness.inputs import meta_inputs
-    from kernels.cutile.resources import compile_resources
     from kernels.cutile.signatures import forward_launches
     from scripts.variants import parse_shape, point_config
 
     problem = parse_shape(shape)
     launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, overrides))
     ((_, compiled, signature),) = [launch for launch in launches if launch[0] == kernel]
-    return compile_resources(compiled, signature)
+    return compiled, signature
+
+
+def _launched(shape: str, overrides: dict, kernel: str = "compute_out_kernel"):
+    """Resources of `kernel` as `_launch` finds it."""
+    from kernels.cutile.resources import compile_resources
+
+    return compile_resources(*_launch(shape, overrides, kernel))
+
+
+def _machine_code(shape: str, overrides: dict) -> str:
+    """compute_out's machine code as `_launch` finds it (skips without nvdisasm)."""
+    tool = nvdisasm()
+    if tool is None:
+        pytest.skip("no nvdisasm (on PATH or in the triton package)")
+    from kernels.cutile.resources import compile_cubin, disassemble
+
+    return disassemble(compile_cubin(*_launch(shape, overrides)), tool)
 
 
 @pytest.mark.slow
@@ -139,22 +155,10 @@ def test_sass_digest_ignores_addresses_and_names(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_hinted_decays_change_the_machine_code_and_a_repeat_does_not() -> None:
-    pytest.importorskip("cuda.tile")
-    tool = nvdisasm()
-    if tool is None:
-        pytest.skip("no nvdisasm (on PATH or in the triton package)")
-    from harness.inputs import meta_inputs
-    from kernels.cutile.resources import compile_cubin
-    from kernels.cutile.signatures import forward_launches
-    from scripts.variants import parse_shape, point_config
-
-    problem = parse_shape("65536:32:256:256")  # the row kernel, with chunk_cb
+    shape = "65536:32:256:256"  # the row kernel, with chunk_cb
 
     def digest(overrides: dict) -> tuple[int, str]:
-        config = point_config(problem, overrides)
-        launches = forward_launches(meta_inputs(problem).kwargs(), config)
-        ((_, kernel, signature),) = [x for x in launches if x[0] == "compute_out_kernel"]
-        return sass_digest(compile_cubin(kernel, signature), tool)
+        return listing_digest(_machine_code(shape, overrides))
 
     assert digest({}) == digest({})
     assert digest({}) != digest({"out_hint_decays": 0})
@@ -165,19 +169,7 @@ def test_the_carried_state_is_loaded_without_waiting_for_the_row_decays() -> Non
     """Change 68: compute_out's producer issues C's and the carried state's tiles at the CTA's
     start, before any wait. With the rows' decays on TMA too, it issued those and then waited
     for the workers to read them before the state's load, into the same shared-memory slot."""
-    pytest.importorskip("cuda.tile")
-    tool = nvdisasm()
-    if tool is None:
-        pytest.skip("no nvdisasm (on PATH or in the triton package)")
-    from harness.inputs import meta_inputs
-    from kernels.cutile.resources import compile_cubin, disassemble
-    from kernels.cutile.signatures import forward_launches
-    from scripts.variants import parse_shape, point_config
-
-    problem = parse_shape("65536:128:64:128")  # one head per CTA, unsegmented
-    launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, {}))
-    ((_, kernel, signature),) = [x for x in launches if x[0] == "compute_out_kernel"]
-    code = disassemble(compile_cubin(kernel, signature), tool).splitlines()
+    code = _machine_code("65536:128:64:128", {}).splitlines()  # one head a CTA, unsegmented
     first_load = next(i for i, line in enumerate(code) if "UTMALDG" in line)
     first_wait = next(i for i in range(first_load, len(code)) if "SYNCS.PHASECHK" in code[i])
     assert sum("UTMALDG" in line for line in code[first_load:first_wait]) == 2
