@@ -11,9 +11,9 @@ other code. The numbers come from the cubin's `.nv.info` section
 (attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
 section.
 
-`sass_digest` tells whether two configurations compiled to the same machine code: a knob that
-leaves it unchanged (a latency hint on a load the compiler already pipelines, say) needs no
-device time.
+`listing_digest` of `disassemble`'s listing tells whether two configurations compiled to the
+same machine code: a knob that leaves it unchanged (a latency hint on a load the compiler
+already pipelines, say) needs no device time.
 """
 
 from __future__ import annotations
@@ -128,14 +128,9 @@ def disassemble(cubin: bytes, tool: str) -> str:
         ).stdout
 
 
-def sass_digest(cubin: bytes, tool: str) -> tuple[int, str]:
-    """(instructions, a 12-digit hash of them) of a cubin's machine code, disassembled by `tool`
-    (nvdisasm). Addresses, labels and the kernel's name are left out, so two configurations
-    that differ only in a constant the code never reads compare equal."""
-    return listing_digest(disassemble(cubin, tool))
-
-
 def listing_digest(listing: str) -> tuple[int, str]:
-    """`sass_digest` of a listing `disassemble` already returned."""
+    """(instructions, a 12-digit hash of them) of a listing `disassemble` returned. Addresses,
+    labels and the kernel's name are left out, so two configurations that differ only in a
+    constant the code never reads compare equal."""
     lines = [m.group(1) for m in map(_INSTRUCTION.match, listing.splitlines()) if m]
     return len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]

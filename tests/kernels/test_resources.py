@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.cutile.resources import listing_digest, nvdisasm, read_cubin, sass_digest
+from kernels.cutile.resources import disassemble, listing_digest, nvdisasm, read_cubin
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
 SYMBOLS = RUNS / "symbols-e5b5da9.jsonl"
@@ -61,7 +61,7 @@ def _machine_code(shape: str, overrides: dict) -> str:
     tool = nvdisasm()
     if tool is None:
         pytest.skip("no nvdisasm (on PATH or in the triton package)")
-    from kernels.cutile.resources import compile_cubin, disassemble
+    from kernels.cutile.resources import compile_cubin
 
     return disassemble(compile_cubin(*_launch(shape, overrides)), tool)
 
@@ -135,7 +135,7 @@ def test_a_name_that_is_not_one_of_our_kernels_is_refused() -> None:
         from_symbol("matmul_kernel_Kt2")
 
 
-def test_sass_digest_ignores_addresses_and_names(tmp_path: Path) -> None:
+def test_listing_digest_ignores_addresses_and_names(tmp_path: Path) -> None:
     """Two listings that differ only in addresses, labels and the kernel's name hash alike; one
     changed instruction does not."""
     listing = {
@@ -148,7 +148,7 @@ def test_sass_digest_ignores_addresses_and_names(tmp_path: Path) -> None:
         tool = tmp_path / f"disasm-{name}"
         tool.write_text(f"#!/bin/sh\ncat <<'END'\n{text}END\n")
         tool.chmod(0o755)
-        digests[name] = sass_digest(b"cubin", str(tool))
+        digests[name] = listing_digest(disassemble(b"cubin", str(tool)))
     assert digests["a"] == digests["b"] and digests["a"][0] == 2
     assert digests["c"][1] != digests["a"][1]
 
