@@ -4,9 +4,10 @@
 
 RUNs (run directories or results Parquet files) are given oldest first. It prints markdown:
 - per run, the in-run speedup (min / geomean / max, analysis.speedups) and each provider's best
-  fraction of the run's measured bf16 rate, counted with the FLOPs of the problem as posed
-  (`problem.flops` at the point's chunk_size). Under chunk_policy=fastest a provider may have run
-  a shorter chunk, and the rows' frac_peak_flops count that chunk's (fewer) FLOPs;
+  fraction of the measured bf16 rate (each row's worker's own, harness.peaks), counted with the
+  FLOPs of the problem as posed (`problem.flops` at the point's chunk_size). Under
+  chunk_policy=fastest a provider may have run a shorter chunk, and the rows' frac_peak_flops
+  count that chunk's (fewer) FLOPs;
 - for the last run, the speedup against the fastest baseline time any listed run recorded at each
   point. One run's speedups carry the luck of the baseline's autotune picks in that process; this
   one does not reward a slow pick;
@@ -35,6 +36,7 @@ import pandas as pd
 from harness import analysis, markdown, records, stats
 from harness.config import planned_points
 from harness.gate import GateInputError, Run, load
+from harness.peaks import row_rate
 from harness.problem import SHAPE_FIELDS, Problem, flops
 
 
@@ -148,13 +150,11 @@ def screen_change(
 def best_fraction_of_peak(
     table: pd.DataFrame, meta: dict, provider: str, mode: str
 ) -> tuple[float, str]:
-    """(fraction of the run's bf16 rate, point) at the provider's best bf16 point, FLOPs counted
-    at the problem's own chunk_size; (NaN, "") without a measured rate or a bf16 row."""
-    peak = (meta.get("peaks") or {}).get("bf16_tflops")
+    """(fraction of the bf16 rate, point) at the provider's best bf16 point, FLOPs counted at the
+    problem's own chunk_size, each row divided by the rate of the worker that measured it
+    (harness.peaks.row_rate); (NaN, "") without a measured rate or a bf16 row."""
     rows = _timed(table, provider, mode)
     rows = rows[rows["dtype"] == "bfloat16"]
-    if not peak or rows.empty:
-        return float("nan"), ""
     fractions = pd.Series(
         {
             point: flops(Problem(**{f: int(r[f]) for f in SHAPE_FIELDS}, dtype=r["dtype"]))
@@ -162,8 +162,12 @@ def best_fraction_of_peak(
             / 1e12
             / peak
             for point, r in rows.iterrows()
-        }
+            if (peak := row_rate(meta, r.get("worker"), "bf16_tflops"))
+        },
+        dtype=float,
     )
+    if fractions.empty:
+        return float("nan"), ""
     return float(fractions.max()), str(fractions.idxmax())
 
 
@@ -207,7 +211,8 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         markdown.table(header, rows),
         "",
         "peak: the best point's rate, its problem's FLOPs (at the problem's chunk_size) over the "
-        "median time, as a share of the run's measured bf16 matmul rate.",
+        "median time, as a share of the bf16 matmul rate measured by the worker that timed it "
+        "(the run's first worker's for runs recorded before workers measured their own).",
         "",
         f"## `{last.meta.get('run_id', '')}` against the fastest {baseline} of all {len(runs)}",
         "",

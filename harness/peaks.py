@@ -1,12 +1,14 @@
-"""This GPU's attainable bf16 matmul rate and copy bandwidth, measured once per run.
+"""This GPU's attainable bf16 matmul rate and copy bandwidth, measured by each worker of a run.
 
 The frac_peak_* columns divide by these rather than by datasheet numbers: what cuBLAS and a plain
-device-to-device copy reach on this board, at its clocks, is the roof a kernel can hope for.
+device-to-device copy reach on this board, at its clocks, is the roof a kernel can hope for. A run
+resumed on another node, or sharded over several GPUs, has one rate per worker: each row is divided
+by the rate of the GPU that measured it (`rates_by_worker`); meta.json keeps the first worker's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from harness.stats import summarize
 
@@ -63,3 +65,28 @@ def measure_peaks(device: str = "cuda", reps: int = 10) -> dict[str, float]:
         peaks = {"bf16_tflops": matmul_tflops(device, reps), "copy_gbps": copy_gbps(device, reps)}
         torch.cuda.empty_cache()
     return peaks
+
+
+def rates_by_worker(meta: Mapping) -> dict[str, dict[str, float]]:
+    """{worker: its peaks} for the run's workers that measured their own (meta["workers"], as
+    records.run_meta gives it); workers recorded before rates were measured per worker have none,
+    and their rows divide by meta["peaks"]."""
+    return {
+        str(w["worker"]): dict(w["peaks"])
+        for w in meta.get("workers") or []
+        if w.get("worker") and w.get("peaks")
+    }
+
+
+def row_rate(meta: Mapping, worker: str | None, key: str) -> float | None:
+    """The rate (`bf16_tflops` or `copy_gbps`) a row measured by `worker` is divided by: that
+    worker's own, else the run's (None when neither was measured)."""
+    own = rates_by_worker(meta).get(str(worker), {}).get(key)
+    return own if own else (meta.get("peaks") or {}).get(key) or None
+
+
+def run_rates(meta: Mapping) -> dict[str, float] | None:
+    """The rates every row of the run divides by (meta["peaks"], {} when none was measured), or
+    None when its workers measured rates of their own that differ from those."""
+    run = dict(meta.get("peaks") or {})
+    return run if all(own == run for own in rates_by_worker(meta).values()) else None

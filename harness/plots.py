@@ -191,21 +191,25 @@ def roofline_fraction(
     peaks: dict | None = None,
     providers: Sequence[str] = ("triton", "cutile"),
 ) -> Figure:
-    """Achieved % of the run's measured bf16 matmul peak (top) and copy bandwidth (bottom)."""
+    """Achieved % of the measured bf16 matmul peak (top) and copy bandwidth (bottom); `peaks`
+    names the rates in the labels, None where each worker divided by its own
+    (harness.peaks.run_rates)."""
     rows = _ok_rows(df, mode, providers)
     what = f"Fraction of measured peaks ({mode} mode)"
     if rows.empty:
         return _empty(what, gpu, f"no ok rows in {mode} mode")
     heads = sorted(rows["nheads"].unique())
     fig, axes = _panels(len(heads), rows=2)
-    peaks = peaks or {}
 
-    def rate(key: str) -> str:
-        return f"{peaks[key]:.0f}" if isinstance(peaks.get(key), (int, float)) else "?"
+    def rate(key: str, unit: str) -> str:
+        if peaks is None:
+            return "each worker's own"
+        value = peaks.get(key)
+        return f"{value:.0f} {unit}" if isinstance(value, (int, float)) else f"? {unit}"
 
     labels = (
-        ("frac_peak_flops", f"% of bf16 peak ({rate('bf16_tflops')} TFLOP/s)"),
-        ("frac_peak_bw", f"% of copy bandwidth ({rate('copy_gbps')} GB/s)"),
+        ("frac_peak_flops", f"% of bf16 peak ({rate('bf16_tflops', 'TFLOP/s')})"),
+        ("frac_peak_bw", f"% of copy bandwidth ({rate('copy_gbps', 'GB/s')})"),
     )
     for r, (column, label) in enumerate(labels):
         for ax, nheads in zip(axes[r], heads, strict=True):

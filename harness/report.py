@@ -19,6 +19,7 @@ from PIL import Image
 
 from harness import analysis, markdown, plots, records, targets
 from harness.config import planned_points
+from harness.peaks import run_rates
 
 #: records.MODES in report order: graph first (the headline: device time without host work).
 MODES = ("graph", *(m for m in records.MODES if m != "graph"))
@@ -63,7 +64,7 @@ def figures(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> dict
     providers = (baseline, candidate)
     out[f"times_{primary}.png"] = plots.absolute_times(df, primary, gpu, providers)
     out[f"roofline_{primary}.png"] = plots.roofline_fraction(
-        df, primary, gpu, meta.get("peaks"), providers
+        df, primary, gpu, run_rates(meta), providers
     )
     breakdown = analysis.kernel_breakdown(df)
     if not breakdown.empty:
@@ -120,12 +121,21 @@ def workers_table(workers: list[dict]) -> str:
                 env.get("cuda_visible_devices") or "",
                 worker_state(w, workers),
                 w.get("measured", ""),
+                _rates_text(w.get("peaks") or {}),
                 prepared_text(w.get("prepared") or {}),
             )
         )
     header = ("worker", "shard", "GPU", "GPU uuid", "host", "CUDA_VISIBLE_DEVICES", "state",
-              "points measured", "compiled first")  # fmt: skip
+              "points measured", "bf16 TFLOP/s, copy GB/s", "compiled first")  # fmt: skip
     return markdown.table(header, rows)
+
+
+def _rates_text(peaks: dict) -> str:
+    """A worker's own measured rates, which its rows' frac_peak_* divide by (harness.peaks);
+    empty for workers recorded before each measured its own."""
+    if not peaks:
+        return ""
+    return f"{peaks['bf16_tflops']:.0f}, {peaks['copy_gbps']:.0f}"
 
 
 def prepared_text(prepared: dict[str, dict]) -> str:

@@ -2,16 +2,17 @@
 
 Order of work: validate the config and build every point (no GPU touched yet), keep this shard's
 share (harness/sharding.py; all of them unless shard.count > 1); open the run directory (new, or
-resumed: see `open_run`; shards of one sweep share it) and record this worker in it; measure the
-GPU's peaks once per run; then for each point not yet measured: make its inputs once (fixed seed),
-check each provider's answer before timing it (against the float64 reference, or a peer when the
-reference would not fit), time the providers that answered right in each mode with their repetitions
-interleaved, and write one part file per provider. Under chunk_policy=fastest each provider is
-checked at the problem's chunk length and at its half, and timed at the one it runs faster. A wrong
-answer is recorded as status "wrong" and never timed; an exception (including running out of memory)
-becomes status "error" for that provider, mode or point, and the sweep goes on. Only a broken CUDA
-context (a sticky error such as an illegal address) stops it, after recording the culprit, since
-every later point would fail too: rerun to resume.
+resumed: see `open_run`; shards of one sweep share it) and record this worker in it; measure this
+GPU's peaks (each worker its own, into its record; the run's creator also into meta.json); then
+for each point not yet measured: make its inputs once (fixed seed), check each provider's answer
+before timing it (against the float64 reference, or a peer when the reference would not fit),
+time the providers that answered right in each mode with their repetitions interleaved, and
+write one part file per provider. Under chunk_policy=fastest each provider is checked at the
+problem's chunk length and at its half, and timed at the one it runs faster. A wrong answer is
+recorded as status "wrong" and never timed; an exception (including running out of memory)
+becomes status "error" for that provider, mode or point, and the sweep goes on. Only a broken
+CUDA context (a sticky error such as an illegal address) stops it, after recording the culprit,
+since every later point would fail too: rerun to resume.
 
 Device, timer, peaks and environment are injectable so that the whole loop runs on CPU in tests.
 """
@@ -252,7 +253,7 @@ class Sweep:
         cfg: BenchConfig,
         device: str,
         timer: Timer,
-        meta: dict,
+        peaks: dict,
         run_dir: Path,
         gpu_name: str,
         read_clocks: Callable[[], dict | None],
@@ -263,7 +264,7 @@ class Sweep:
         self.timer = timer
         self.read_clocks = read_clocks  # after each mode's timing, into its rows
         self.sleep = sleep  # the cooldown before timing a mode again after a held clock
-        self.meta = meta
+        self.peaks = peaks  # this worker's GPU's measured rates (harness.peaks)
         self.run_dir = run_dir
         self.on_cuda = device.startswith("cuda")
         self.gpu_name = gpu_name  # this worker's GPU, not necessarily the one that created the run
@@ -602,7 +603,7 @@ class Sweep:
                     "ci_high_ms": nan, "reps": 0, "ci_rel": nan, "ci_wide": False,
                     "kernel_ms": "{}", "tflops": nan, "gbps": nan, "frac_peak_flops": nan,
                     "frac_peak_bw": nan}  # fmt: skip
-        s, peaks = m.summary, self.meta["peaks"]
+        s, peaks = m.summary, self.peaks
         seconds = s.median * 1e-3
         tflops, gbps = flops(problem) / seconds / 1e12, min_bytes(problem) / seconds / 1e9
         # Only a bf16 rate is measured: other dtypes have no peak to divide by (NaN).
@@ -658,6 +659,7 @@ def run(
         torch.cuda.set_device(device)
     env = env if env is not None else environment.capture(cfg.device if on_cuda else None)
 
+    @functools.cache  # the worker that creates the run measures once, for meta.json and itself
     def measure_peaks() -> dict:
         if peaks is not None:
             return peaks
@@ -669,9 +671,8 @@ def run(
     if read_clocks is None:
         read_clocks = (lambda: environment.clocks(cfg.device)) if on_cuda else (lambda: None)
     timer = timer or _default_timer(cfg, env)
-    sweep = Sweep(cfg, device, timer, meta, run_dir, env["gpu"]["name"], read_clocks, sleep)
     worker = {
-        "worker": sweep.worker,
+        "worker": worker_id(),
         "shard": {"index": cfg.shard.index, "count": cfg.shard.count},
         "started": environment.now_utc(),
         "ended": None,
@@ -686,6 +687,12 @@ def run(
     records.write_worker(run_dir, worker)
     todo = [(p, [v for v in provs if (p.key(), v.name) not in done]) for p in problems]
     todo = [(p, vs) for p, vs in todo if vs]
+    # Rows divide by the rates of the GPU that times them: a resumed run's later calls may run on
+    # other nodes (harness.peaks).
+    worker["peaks"] = measure_peaks() if todo else None
+    sweep = Sweep(
+        cfg, device, timer, worker["peaks"], run_dir, env["gpu"]["name"], read_clocks, sleep
+    )
     share = f" (shard {cfg.shard.index} of {cfg.shard.count})" if cfg.shard.count > 1 else ""
     print(
         f"ssdbench: run {run_dir}{share} — {len(todo)} of {len(problems)} points to measure",

@@ -175,6 +175,27 @@ def test_best_fraction_of_peak_counts_the_problems_flops() -> None:
     assert fraction == pytest.approx(2 * table.loc[rows, "frac_peak_flops"].max())
 
 
+def test_best_fraction_of_peak_divides_each_row_by_its_workers_rate() -> None:
+    """A run resumed on a node with a higher measured rate: the best point's rows, timed there,
+    count against that node's rate, not the first node's in meta["peaks"]."""
+    table = synthetic_table()
+    _, point = history.best_fraction_of_peak(table, {"peaks": PEAKS}, "cutile", GRAPH)
+    table["worker"] = table["worker"].where(table["point"] != point, "node2:1")
+    faster = {**PEAKS, "bf16_tflops": 2 * PEAKS["bf16_tflops"]}
+    meta = {"peaks": PEAKS, "workers": [{"worker": "node2:1", "peaks": faster}]}
+    fraction, best = history.best_fraction_of_peak(table, meta, "cutile", GRAPH)
+    rows = table[(table["provider"] == "cutile") & (table["mode"] == GRAPH)].set_index("point")
+    expected = {
+        p: flops(Problem(seqlen=int(r["seqlen"]), nheads=int(r["nheads"]), dstate=int(r["dstate"])))
+        / (r["median_ms"] * 1e-3)
+        / 1e12
+        / (faster if p == point else PEAKS)["bf16_tflops"]
+        for p, r in rows.iterrows()
+    }
+    assert fraction == pytest.approx(max(expected.values()))
+    assert best == max(expected, key=expected.get)
+
+
 def test_best_fraction_of_peak_is_nan_without_a_measured_rate() -> None:
     fraction, point = history.best_fraction_of_peak(synthetic_table(), {}, "cutile", GRAPH)
     assert math.isnan(fraction) and point == ""

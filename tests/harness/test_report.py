@@ -227,4 +227,16 @@ def test_the_workers_table_says_what_each_prepare_step_compiled() -> None:
     )
     assert report.prepared_text({}) == ""
     worker = {"worker": "vm:1", "state": "done", "measured": 63, "prepared": {"cutile": done}}
-    assert "| done | 63 | cutile: 94 of 94 in 41 s |" in report.workers_table([worker])
+    assert "| done | 63 |  | cutile: 94 of 94 in 41 s |" in report.workers_table([worker])
+
+
+def test_the_workers_table_gives_the_rates_each_worker_measured() -> None:
+    """Each worker's rows divide by its own GPU's measured rates (harness.peaks): a resumed run's
+    workers on other nodes show theirs; older records have none."""
+    rates = {"bf16_tflops": 771.6, "copy_gbps": 4098.2}
+    workers = [
+        {"worker": "vm:1", "state": "done", "measured": 7},
+        {"worker": "vm:2", "state": "done", "measured": 56, "peaks": rates},
+    ]
+    table = report.workers_table(workers)
+    assert "| done | 7 |  |" in table and "| done | 56 | 772, 4098 |" in table

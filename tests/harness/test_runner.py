@@ -237,6 +237,28 @@ def test_a_committed_partial_run_resumes_from_its_results_table(
     assert sorted(set(df["seqlen"])) == [32, 64] and len(df) == 2 * len(records.MODES)
 
 
+def test_each_worker_divides_its_rows_by_its_own_gpus_rates(tmp_path: Path, monkeypatch) -> None:
+    """A run resumed on another node: the later worker measures that GPU's rates, records them
+    and divides its rows by them; meta.json keeps the first worker's, and so do its rows."""
+    cfg, run_dir = _interrupted_at_the_second_point(tmp_path, monkeypatch)
+    first = runner.worker_id()
+    monkeypatch.setattr(runner, "worker_id", lambda: "node2:1")
+    other = {"bf16_tflops": 4.0, "copy_gbps": 16.0}
+    runner.run(cfg, device="cpu", timer=WallTimer(), peaks=other, env=ENV)
+    df, meta = records.load_run(run_dir)
+    assert meta["peaks"] == PEAKS
+    assert {w["worker"]: w["peaks"] for w in meta["workers"]} == {first: PEAKS, "node2:1": other}
+    for worker, rates in ((first, PEAKS), ("node2:1", other)):
+        rows = df[df["worker"] == worker]
+        assert len(rows) == len(records.MODES)
+        assert rows["frac_peak_flops"].tolist() == pytest.approx(
+            (rows["tflops"] / rates["bf16_tflops"]).tolist()
+        )
+        assert rows["frac_peak_bw"].tolist() == pytest.approx(
+            (rows["gbps"] / rates["copy_gbps"]).tolist()
+        )
+
+
 def test_a_run_whose_results_table_is_unreadable_is_not_resumed(tmp_path: Path) -> None:
     """Measuring again over a torn results.parquet would replace the rows only it held (a
     committed run keeps no parts), so the resume stops first and says why."""

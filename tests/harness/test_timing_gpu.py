@@ -100,6 +100,7 @@ def test_runner_end_to_end_with_the_reference(tmp_path: Path) -> None:
     assert meta["peaks"]["bf16_tflops"] > 0
     (worker,) = meta["workers"]  # end clocks are per process: in its worker record
     assert worker["state"] == "done" and worker["ended"]
+    assert worker["peaks"] == meta["peaks"]  # the creating worker measured once, for both
     start, end = worker["env"]["clocks_start"], worker["env"]["clocks_end"]
     by_mode = df.set_index("mode")
     if shutil.which("nvidia-smi"):  # the clocks come from nvidia-smi
