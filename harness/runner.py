@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 import os
+import secrets
 import socket
 import sys
 import time
@@ -237,12 +238,19 @@ def _new_run_dir(root: Path, name: str) -> Path:
     return root / records.new_run_id(name, datetime.now(timezone.utc), claim)
 
 
+#: Drawn once per interpreter: with it a worker's name stays unique where its pid or SLURM task id
+#: repeats (fresh nodes boot alike; a requeued task keeps its id), so that no worker's record
+#: replaces an earlier one's, nor do its rows take that worker's measured rates.
+_PROCESS_TOKEN = secrets.token_hex(3)
+
+
 def worker_id() -> str:
+    """This process's name in the run's worker records and rows' `worker` column."""
     job = os.environ.get("SLURM_JOB_ID")
     if job:
         task = os.environ.get("SLURM_ARRAY_TASK_ID")
-        return f"slurm:{job}" + (f"_{task}" if task else "")
-    return f"{socket.gethostname()}:{os.getpid()}"
+        return f"slurm:{job}" + (f"_{task}" if task else "") + f"-{_PROCESS_TOKEN}"
+    return f"{socket.gethostname()}:{os.getpid()}-{_PROCESS_TOKEN}"
 
 
 class Sweep:

@@ -8,6 +8,9 @@ import functools
 import json
 import math
 import shutil
+import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -257,6 +260,26 @@ def test_each_worker_divides_its_rows_by_its_own_gpus_rates(tmp_path: Path, monk
         assert rows["frac_peak_bw"].tolist() == pytest.approx(
             (rows["gbps"] / rates["copy_gbps"]).tolist()
         )
+
+
+def test_worker_names_stay_unique_where_pids_repeat(monkeypatch) -> None:
+    """Fresh nodes boot alike, so a resumed run's calls may get the same pid (and a requeued SLURM
+    task keeps its id): each interpreter's worker name carries a token of its own, so that no
+    worker's record replaces an earlier one's."""
+    code = "from harness.runner import worker_id; print(worker_id())"
+    root = Path(__file__).resolve().parents[2]
+    names = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    hosts, tokens = zip(*(name.rsplit("-", 1) for name in names), strict=True)
+    assert all(host.startswith(f"{socket.gethostname()}:") for host in hosts)
+    assert tokens[0] != tokens[1]
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    assert runner.worker_id() == f"slurm:77_3-{runner._PROCESS_TOKEN}"
 
 
 def test_a_run_whose_results_table_is_unreadable_is_not_resumed(tmp_path: Path) -> None:
