@@ -58,7 +58,8 @@ def copy_gbps(device: str, reps: int) -> float:
 
 
 def measure_peaks(device: str = "cuda", reps: int = 10) -> dict[str, float]:
-    """{bf16_tflops, copy_gbps} of this GPU (the run's meta.json "peaks")."""
+    """{bf16_tflops, copy_gbps} of this GPU (a worker record's "peaks"; the creating worker's
+    also meta.json's)."""
     import torch
 
     with torch.cuda.device(device):

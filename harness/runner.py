@@ -699,7 +699,7 @@ def run(
     # other nodes (harness.peaks).
     worker["peaks"] = measure_peaks() if todo else None
     sweep = Sweep(
-        cfg, device, timer, worker["peaks"], run_dir, env["gpu"]["name"], read_clocks, sleep
+        cfg, device, timer, worker["peaks"] or {}, run_dir, env["gpu"]["name"], read_clocks, sleep
     )
     share = f" (shard {cfg.shard.index} of {cfg.shard.count})" if cfg.shard.count > 1 else ""
     print(
