@@ -262,10 +262,11 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       product (−1.4 to −2.6 %; at 128 pairs of heads fold at 167 registers, 2x slower, and one
       head loses 18–22 %; change 31);
     - at 128, CTAs for a pair of heads sharing their C·Bᵀ tiles (−0.6 to −7.5 % against one
-      head; at 64 a loss): three per SM with 32-column causal k-tiles (64K/128/128: −15 %
-      against two with 64-column ones), two with 64-column k-tiles for short problems (1K/32/128:
-      −2.5 %) and, at latency 2, where 64-column walkers run one per SM (below) up to twice
-      SHORT_POSITIONS (change 55);
+      head; at 64 a loss): three per SM with 32-column causal k-tiles over chunks of 256
+      (64K/128/128: −15 % against two with 64-column ones, before change 68), 64-column k-tiles
+      over chunks of 128 (change 69), two per SM for short problems (1K/32/128: −2.5 %) and, at
+      latency 2, where 64-column walkers run one per SM (below) up to twice SHORT_POSITIONS
+      (change 55), for up to FEW_WALKERS walkers and for short walks (change 69);
     - at 256: for chunks up to CHUNK_KERNEL_MAX_Q with at least CHUNK_MIN_TILES output tiles,
       the chunk kernel, whose CTAs compute a chunk's C·Bᵀ once and walk `chunk_heads` heads over
       it (−6 to −11 % in all, change 32); for longer chunks with at least CB_MIN_TILES, chunk_cb
@@ -338,7 +339,19 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             state_latency=2 if few_short or mid_short else walk.state_latency,
         )  # fmt: skip
     if dstate <= 128:
-        out = {"out_occupancy": 2} if short else {"out_occupancy": 3, "out_block_k": 32}
+        if short:
+            out = {"out_occupancy": 2}
+        elif not q128:
+            out = {"out_occupancy": 3, "out_block_k": 32}
+        elif walkers <= FEW_WALKERS or size.seqlen <= SHORT_WALK:
+            # Over chunks of 128, after change 68, 64-column k-tiles: at two CTAs per SM at 2 for
+            # up to FEW_WALKERS walkers and short walks of more (H200, runs 196 and 198: −2.9 to
+            # −3.8 % at 8K-64K/32/128, −6.0 % at 1K/128/128), at three per SM elsewhere (−3.1 to
+            # −4.0 % at 4K-64K/64/128, −6.2 to −8.3 % at 2K-64K/128/128 with chunk_cb; two per
+            # SM there +4.5 % at 8K/128/128; change 69).
+            out = {"out_occupancy": 2, "out_latency": 2}
+        else:
+            out = {"out_occupancy": 3}
         latency = 2
         fill_one_per_sm = FULL_WALKERS <= 2 * walkers <= WAVE_WALKERS // 2  # of 64 columns
         if size is not None and size.seqlen <= SHORT_WALK:

@@ -386,17 +386,22 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
 
 
 @pytest.mark.parametrize(
-    ("seqlen", "nheads", "chunk", "occupancy", "block_k"),
-    [(1024, 32, 128, 2, 64), (4096, 32, 128, 2, 64), (4096, 32, 256, 3, 32),
-     (8192, 32, 128, 3, 32), (2048, 64, 128, 2, 64), (4096, 64, 128, 3, 32)],
+    ("seqlen", "nheads", "chunk", "occupancy", "block_k", "latency"),
+    [(1024, 32, 128, 2, 64, 4), (4096, 32, 128, 2, 64, 2), (4096, 32, 256, 3, 32, 4),
+     (8192, 32, 128, 2, 64, 2), (65536, 32, 128, 2, 64, 2), (1024, 128, 128, 2, 64, 2),
+     (2048, 64, 128, 2, 64, 2), (4096, 64, 128, 3, 64, 4), (65536, 64, 128, 3, 64, 4),
+     (65536, 128, 128, 3, 64, 4), (65536, 128, 256, 3, 32, 4), (16384, 64, 256, 3, 32, 4)],
 )  # fmt: skip
-def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems(
-    seqlen, nheads, chunk, occupancy, block_k
+def test_compute_out_at_dstate_128_takes_64_column_k_tiles_over_chunks_of_128(
+    seqlen, nheads, chunk, occupancy, block_k, latency
 ) -> None:
-    """Two CTAs per SM with square k-tiles for short problems, and with 64-column walkers one per
-    SM up to twice SHORT_POSITIONS (change 55); three with 32-column k-tiles elsewhere."""
+    """Over chunks of 128, 64-column k-tiles: two CTAs per SM for short problems, at latency 2
+    with 64-column walkers one per SM up to twice SHORT_POSITIONS (change 55), for up to
+    FEW_WALKERS walkers and for short walks (change 69); three elsewhere. Over chunks of 256
+    beyond short problems, three with 32-column k-tiles."""
     config = default_config(128, ProblemSize(1, seqlen, nheads, chunk))
-    assert (config.out_occupancy, config.out_block_k, config.out_heads) == (occupancy, block_k, 2)
+    got = (config.out_occupancy, config.out_block_k, config.out_latency, config.out_heads)
+    assert got == (occupancy, block_k, latency, 2)
 
 
 @pytest.mark.parametrize(
@@ -404,7 +409,7 @@ def test_compute_out_at_dstate_128_runs_three_ctas_per_sm_beyond_short_problems(
     [(1, 2048, 64, 128, (64, 128, 1, 6), 2), (1, 4096, 64, 128, (64, 128, 1, 6), 4),
      (1, 8192, 64, 128, (64, 128, 1, 6), 4), (1, 65536, 64, 128, (64, 128, 1, 6), 4),
      (2, 65536, 32, 128, (64, 128, 1, 6), 4), (1, 4096, 32, 128, (64, 128, 1, 6), 2),
-     (1, 8192, 32, 128, (64, 128, 2, 8), 4), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
+     (1, 8192, 32, 128, (64, 128, 2, 8), 2), (1, 65536, 64, 256, (128, 64, 2, 2), 4),
      (1, 4096, 32, 256, (128, 64, 2, 2), 4), (1, 2048, 32, 256, (128, 64, 1, 2), 4),
      (1, 65536, 96, 128, (128, 64, 2, 2), 4)],
 )  # fmt: skip

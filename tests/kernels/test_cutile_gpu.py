@@ -156,8 +156,9 @@ def test_matches_reference(name: str) -> None:
 # stored in the input dtype, and the decay of k-tiles below the diagonal as a row times a column
 # factor, and plain launches instead of programmatic dependents, and three compute_out CTAs per
 # SM with 32-column k-tiles (pairs of heads, and one head reading chunk_cb) under latency hints
-# other than the default, and a walk whose mma step covers the chunk (its dA and dt loaded once,
-# dA_last taken from the dA tile) for two heads, and four compute_out CTAs per SM with the
+# other than the default, and with 64-column ones for pairs reading chunk_cb (change 69), and
+# a walk whose mma step covers the chunk (its dA and dt loaded once, dA_last taken from the dA
+# tile) for two heads, and four compute_out CTAs per SM with the
 # k-tiles' decays hinted (dstate 256's default with chunk_cb), and the walk's weights read from
 # chunk_cumsum (weights on x with two heads and segments, on B over whole chunks), and the walk's
 # state stores without TMA (two heads, segments). Whole 256-row chunks, so compute_out has row
@@ -186,6 +187,9 @@ CONFIGS = {
     "whole-chunk-steps-two-heads": SSDConfig(state_heads=2, state_block_q=256, state_segments=3),
     "hinted-decays-four-ctas": SSDConfig(
         out_cb=1, out_rank1=1, out_occupancy=4, out_block_k=32, out_latency=2, out_hint_decays=1
+    ),
+    "cb-pairs-k64-hinted-three-ctas": SSDConfig(
+        out_cb=1, out_heads=2, out_rank1=1, out_occupancy=3, out_block_k=64, out_hint_decays=1
     ),
     "walk-weights-two-heads-segments": SSDConfig(state_weights=1, state_heads=2, state_segments=3),
     "walk-weights-on-b-whole-chunks": SSDConfig(
