@@ -347,8 +347,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # Over chunks of 128, after change 68, 64-column k-tiles: at two CTAs per SM at 2 for
             # up to FEW_WALKERS walkers and short walks of more (H200, runs 196 and 198: −2.9 to
             # −3.8 % at 8K-64K/32/128, −6.0 % at 1K/128/128), at three per SM elsewhere (−3.1 to
-            # −4.0 % at 4K-64K/64/128, −6.2 to −8.3 % at 2K-64K/128/128 with chunk_cb; two per
-            # SM there +4.5 % at 8K/128/128; change 69).
+            # −4.0 % at 4K-64K/64/128, −6.2 to −8.3 % at 2K-64K/128/128 with chunk_cb, where two
+            # per SM at 2 was +4.5 % at 8K/128/128 in run 195; change 69).
             out = {"out_occupancy": 2, "out_latency": 2}
         else:
             out = {"out_occupancy": 3}
