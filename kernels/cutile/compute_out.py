@@ -9,7 +9,8 @@ and fed straight into the next mma. The causal mask is applied to the exponent
 (−inf above the diagonal), so no exponential of a positive number is ever taken. dstate is
 consumed in NS-wide slices so that large states still fit the occupancy hint; the first slice of
 C stays resident, the others are reloaded (from L2) per k-tile. With `out_chunk_heads` the launch
-takes compute_out_chunk.py's kernel instead (whole chunks, many heads per CTA).
+takes compute_out_chunk.py's kernel instead (whole chunks, many heads per CTA). Where the walk
+stored C·hᵀ itself (fwd_pass_state's CARRY), both kernels read its rows instead of that product.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def compute_out_kernel(
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
     cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
-    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment; with
+    # CARRY (b, l, h, p): the walk's C[m]·h(chunk)ᵀ rows, read in place of that product
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
     dt_out,  # (b, h, nchunks, Q) float32
@@ -170,6 +172,7 @@ def compute_out_kernel(
     HINT: ConstBool,
     FOLD: ConstBool,
     CHAINED: ConstBool,
+    CARRY: ConstBool,
 ):
     follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
@@ -189,7 +192,7 @@ def compute_out_kernel(
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
     acc0 = carried_state(
         C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
     ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
@@ -199,7 +202,7 @@ def compute_out_kernel(
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         acc1 = carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
         ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
@@ -365,6 +368,7 @@ def compute_out_launch(
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
             z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
+            sp.carry,
         )  # fmt: skip
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
@@ -380,7 +384,7 @@ def compute_out_launch(
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, bool(config.out_rank1), config.out_latency,
-        bool(config.out_hint_decays), fold, chained(config, chunk_size),
+        bool(config.out_hint_decays), fold, chained(config, chunk_size), sp.carry,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -35,7 +35,8 @@ def compute_out_chunk_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
-    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment; with
+    # CARRY (b, l, h, p): the walk's C[m]·h(chunk)ᵀ rows, read in place of that product
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: exp(decay from segment start to chunk start)
     dt_out,  # (b, h, nchunks, Q) float32
@@ -56,6 +57,7 @@ def compute_out_chunk_kernel(
     LAT: ConstInt,
     HINT: ConstBool,
     FOLD: ConstBool,
+    CARRY: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -73,7 +75,7 @@ def compute_out_chunk_kernel(
         dA, dt = k_decays(dA_cumsum, dt_out, batch, head, chunk, 0, Q, LAT, HINT)
         carried = carried_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head, chunk, group, seg_len,
-            Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD,
+            Q, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
         )  # fmt: skip
         x_c = x_tile(x, batch, chunk, head, Q, P, ct.float32, LAT)
         weight = causal_weight(cb, dA, dA, dt, causal, mma_dtype)

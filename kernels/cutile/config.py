@@ -60,6 +60,10 @@ class SSDConfig:
     # programmatic dependents of the kernel before them (1: scheduled while that one finishes,
     # kernels/cutile/launch.py) or plainly (0).
     dependent_launch: int = 1
+    # An unsegmented walk of whole-dstate walkers (one head each, state_block_n ≥ dstate) writes
+    # each chunk's carried output C·hᵀ (b, l, h, p) instead of its state, and compute_out reads
+    # those rows in place of its C·hᵀ product (1); otherwise, or with segments, the states (0).
+    state_carry: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -92,7 +96,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_store_tma",
+            "out_fold_segments", "state_weights", "state_store_tma", "state_carry",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
@@ -253,7 +257,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     CTA at one CTA per SM taking whole chunks where such walkers fill the GPU in one wave (change
     56); otherwise with 128 state columns per CTA at one CTA per SM where such walkers fit in one
     wave and fill the GPU or the problem is short, 128 at two per SM where 64 would need a second
-    wave, and 64 otherwise.
+    wave, and 64 otherwise; at 256 over chunks of 128, where one walker per head fills the GPU
+    one per SM, walkers of the whole state that write each chunk's C·hᵀ instead (change 70).
 
     compute_out, whose CTAs wait on their first loads, so that more CTAs per SM pay where they
     fit without spills (change 21):
@@ -274,7 +279,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
       and compute_out runs CTAs of one head with 32-column k-tiles, its loads at latency 2 (−1
       to −2 %), four CTAs per SM with the k-tiles' decays hinted too (−3.4 to −6 % in all
       against three with unhinted decays; four unhinted lost 10-13 %, change 29). With fewer
-      tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM.
+      tiles C·Bᵀ is computed inside, for pairs, two CTAs per SM. Where the walk writes C·hᵀ
+      (change 70), pairs of heads over chunk_cb's C·Bᵀ at three per SM, as at 128.
     The row-times-column decay below the diagonal (`out_rank1`) in the row-block kernel
     everywhere (at 256 with C·Bᵀ computed inside it built 223 registers until compute_out peeled
     the diagonal tile: 2K/32/256 compute_out 32 → 53 µs then, −3.6 % in all now; change 54).
@@ -438,6 +444,19 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         walk = replace(walk, state_block_n=128, state_latency=8 if long_q128 else 4)
     elif not short:  # 64-column walkers, two per SM: PDL's wait and release cost more than it saves
         walk = replace(walk, dependent_launch=0, state_latency=2 if long_q128 else 4)
+    if carry_walkers(dstate, size):
+        # One walker per head, over its whole state, where they fill the GPU one per SM: each
+        # chunk's C·hᵀ rows (half its state's bytes at dstate 256) instead of its state, and
+        # compute_out reads them in place of its largest product, for pairs of heads over
+        # chunk_cb's C·Bᵀ at three CTAs per SM (H200, 128 heads over chunks of 128, against
+        # 128-column walkers two per SM and the chunk kernel: −2.0 % at 1K, −2.8 % at 2K, −5.5 to
+        # −5.7 % at 4K-8K, −7.5 to −7.6 % at 16K, −8.3 to −8.4 % at 32K, −9.7 to −10.6 % at 64K,
+        # the walk +3 to +15 % and compute_out with chunk_cb −9 to −19 %; the chunk kernel
+        # reading the rows +14 to +16 %; 64 heads, 64 such walkers, +33 % at 16K; change 70).
+        return replace(
+            walk, state_carry=1, state_block_n=256, state_occupancy=1, out_cb=1, out_heads=2,
+            out_occupancy=3, out_rank1=1, out_latency=4, out_hint_decays=1,
+        )  # fmt: skip
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:
         return replace(walk, out_chunk_heads=chunk_heads(size), out_occupancy=1, out_latency=2)
@@ -450,6 +469,18 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
     # built 223 registers before, 128 now (H200, chunk 256: −2.3 to −5.1 % at 1K/32, 1K/64 and
     # 2K/32; change 54).
     return replace(walk, out_occupancy=2, out_heads=2, out_rank1=1)
+
+
+def carry_walkers(dstate: int, size: ProblemSize | None) -> bool:
+    """Whether the walk runs one walker per head over its whole state and writes each chunk's
+    C·hᵀ (state_carry): at dstate 256 over chunks of 128 (the only length measured), where such
+    walkers, batch × heads of them, fill the GPU at one per SM in one wave."""
+    return (
+        size is not None
+        and 128 < dstate <= 256
+        and size.chunk_size == 128
+        and FULL_WALKERS <= size.batch * size.nheads <= WAVE_WALKERS // 2
+    )
 
 
 def chunk_heads(size: ProblemSize) -> int:

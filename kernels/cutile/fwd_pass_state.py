@@ -14,6 +14,11 @@ true state entering chunk c of segment s is h_local(c) + exp(decay from the segm
 state; compute_out adds the H_s term. Each CTA records its segment's end state and decay for that.
 With two segments and no final states asked for, H_1 is segment 0's end state itself, so segment 0
 stores it as segment_scan would (H_0 = 0 beside it) and segment_scan is not launched.
+
+With CARRY (one segment, one walker per head over its whole state) the walk stores, in place of
+each chunk's state, what compute_out would make of it: the rows C[m]·h(chunk)ᵀ for the chunk's
+positions, (Q, P) against the state's (P, N), half the bytes at dstate 256. The product is one
+more mma per step with the state entering the chunk as its operand.
 """
 
 from __future__ import annotations
@@ -143,12 +148,14 @@ def fwd_pass_state_kernel(
     dt_out,  # (b, h, nchunks, Q) float32
     dA_cumsum,  # (b, h, nchunks, Q) float32
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
-    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment
+    states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment; with
+    # CARRY (b, l, h, p): each position's C[m]·h(chunk)ᵀ
     seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk; with
     # DIRECT each segment's true start state, in the states' dtype
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
+    C,  # (b, l, g, n) (unused unless CARRY)
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -166,6 +173,7 @@ def fwd_pass_state_kernel(
     WEIGHTS: ConstBool,
     STORE_TMA: ConstBool,
     DIRECT: ConstBool,
+    CARRY: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -185,7 +193,10 @@ def fwd_pass_state_kernel(
     log_decay1 = log_decay0
 
     for chunk in range(first, last):
-        _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
+        if CARRY:
+            h_t = ct.transpose(state0.astype(mma_dtype))  # rounded as a stored state would be
+        else:
+            _store_state(states, state0, batch, chunk, head, nblock, P, NB, STORE_TMA)
         dA0, dt0, dA_last0 = _chunk_weights(
             dA_cumsum, dt_out, weight, batch, head, chunk, Q, LAT, WEIGHTS
         )
@@ -224,6 +235,20 @@ def fwd_pass_state_kernel(
                 padding_mode=ct.PaddingMode.ZERO,
                 latency=LAT,
             ).reshape((TQ, NB))
+            if CARRY:  # C·hᵀ for this step's rows, from the state entering the chunk
+                c = ct.load(
+                    C,
+                    index=(batch, chunk * steps + step, group, nblock),
+                    shape=(1, TQ, 1, NB),
+                    padding_mode=ct.PaddingMode.ZERO,
+                    latency=LAT,
+                ).reshape((TQ, NB))
+                carried = ct.mma(c.astype(mma_dtype), h_t, ct.zeros((TQ, P), dtype=ct.float32))
+                ct.store(
+                    states,
+                    index=(batch, chunk * steps + step, head, 0),
+                    tile=carried.reshape((1, TQ, 1, P)).astype(states.dtype),
+                )
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,
                 Q, P, TQ, WEIGHT_X, mma_dtype, LAT, WEIGHTS,
@@ -250,17 +275,19 @@ def fwd_pass_state_kernel(
 class StatePass:
     """What fwd_pass_state leaves for compute_out (and the final states)."""
 
-    states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment
+    states: torch.Tensor  # (b, nchunks, h, p, n), local to each segment; with carry (b, l, h, p)
     final: torch.Tensor | None  # (b, h, p, n) float32; None when not asked for (DIRECT)
     segments: int
     seg_len: int  # chunks per segment (the last one may be shorter)
     seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
+    carry: bool = False  # `states` holds each chunk's C·hᵀ rows (config.state_carry)
 
 
 def fwd_pass_state(
     x: torch.Tensor,
     B: torch.Tensor,
+    C: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     weight: torch.Tensor | None,
@@ -273,14 +300,14 @@ def fwd_pass_state(
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
-        x, B, dt_out, dA_cumsum, weight, initial_states, config, final_states
+        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    segments, seg_len = args[12:14]
+    segments, seg_len = args[13:15]
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None)
-    if args[-1]:  # DIRECT: seg_end holds the segments' start states
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1])
+    if args[-2]:  # DIRECT: seg_end holds the segments' start states
         return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
@@ -291,6 +318,7 @@ def fwd_pass_state(
 def fwd_pass_state_launch(
     x: torch.Tensor,
     B: torch.Tensor,
+    C: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     weight: torch.Tensor | None,
@@ -312,7 +340,12 @@ def fwd_pass_state_launch(
     )
     device, f32 = x.device, torch.float32
     direct = segments == 2 and not final_states
-    states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
+    carry = bool(config.state_carry) and segments == 1 and nblocks == 1 and hs == 1
+    states = (
+        torch.empty(x.shape, device=device, dtype=x.dtype)
+        if carry
+        else torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
+    )
     seg_end = torch.empty(
         batch, segments, nheads, headdim, dstate, device=device, dtype=x.dtype if direct else f32
     )
@@ -331,10 +364,11 @@ def fwd_pass_state_launch(
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         weight if weight is not None else unused,
+        C if carry else unused,
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma), direct,
+        bool(config.state_store_tma), direct, carry,
     )  # fmt: skip
     return grid, kernel, args
 

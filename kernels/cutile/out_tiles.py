@@ -87,11 +87,15 @@ def carried_state(
     mma_dtype,
     SEGMENTED: bool,
     FOLD: bool,
+    CARRY: bool,
 ):
     """C[m]·h(chunk)ᵀ for one head; with segments, h = h_local + exp(decay since the segment's
     start)·H_segment (see fwd_pass_state). FOLD (only with segments) sums the two in fp32 before
     one mma per slice, the state passing through registers; otherwise the H term is a second
-    product whose operands come straight from memory."""
+    product whose operands come straight from memory. CARRY: the walk stored these rows
+    themselves (`states` is then (b, l, h, p))."""
+    if CARRY:
+        return x_tile(states, batch, row_block, head, TM, P, ct.float32)
     if FOLD:
         return folded_state(
             C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,

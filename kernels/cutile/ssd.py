@@ -100,7 +100,7 @@ def launch_forward(
         bool(config.state_weights),
     )
     state_pass = fwd_pass_state(
-        x, B, dt_out, dA_cumsum, weight, initial_states, config, final_states
+        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final

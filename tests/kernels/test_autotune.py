@@ -445,7 +445,7 @@ def test_compute_out_at_dstate_256_chunk_256_four_ctas_of_one_head_hinted_where_
 @pytest.mark.parametrize(
     ("batch", "seqlen", "nheads", "chunk_size", "heads"),
     [(1, 65536, 64, 128, 64), (1, 16384, 32, 128, 32), (1, 4096, 32, 128, 8),
-     (2, 4096, 32, 128, 16), (1, 2048, 128, 128, 16), (1, 1024, 128, 64, 16),
+     (2, 4096, 32, 128, 16), (2, 1024, 128, 128, 16), (1, 1024, 128, 64, 16),
      (1, 2048, 32, 128, 4), (1, 1024, 64, 128, 4), (1, 1024, 32, 128, 0),
      (1, 65536, 64, 256, 0)],
 )  # fmt: skip
@@ -462,6 +462,29 @@ def test_chunk_kernel_at_dstate_256_with_the_most_heads_that_leave_128_ctas(
         assert size.output_tiles // heads >= 128 > size.output_tiles // (2 * heads) or heads == 64
     for dstate in (64, 128):
         assert default_config(dstate, size).out_chunk_heads == 0
+
+
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "chunk_size", "carry"),
+    [(1, 1024, 128, 128, True), (1, 65536, 128, 128, True), (1, 16384, 132, 128, True),
+     (1, 16384, 64, 128, False), (2, 16384, 128, 128, False), (1, 16384, 128, 256, False),
+     (1, 16384, 128, 64, False)],
+)  # fmt: skip
+def test_whole_state_walkers_write_c_h_at_dstate_256_where_one_per_head_fills_the_gpu(
+    batch, seqlen, nheads, chunk_size, carry
+) -> None:
+    """Change 70: over chunks of 128, where batch × heads walkers of a whole state fill the GPU
+    one per SM in one wave, the walk writes C·hᵀ and compute_out takes pairs of heads over
+    chunk_cb at three CTAs per SM; fewer walkers (64 heads) or a second wave keep the states."""
+    size = ProblemSize(batch, seqlen, nheads, chunk_size)
+    config = default_config(256, size)
+    assert config.state_carry == carry
+    if carry:
+        assert (config.state_block_n, config.state_occupancy, config.state_segments) == (256, 1, 1)
+        assert (config.out_chunk_heads, config.out_cb, config.out_heads) == (0, 1, 2)
+        assert (config.out_occupancy, config.out_hint_decays) == (3, 1)
+    for dstate in (64, 128):
+        assert default_config(dstate, size).state_carry == 0
 
 
 @pytest.mark.parametrize("dstate", [64, 128, 256])

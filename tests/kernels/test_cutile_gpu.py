@@ -257,6 +257,42 @@ def test_chunk_kernel_configurations(name: str) -> None:
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
 
+# The walk's C·hᵀ rows in place of its states (state_carry, change 70): dstate 256's default
+# where it engages (pairs over chunk_cb) from initial states with groups and a ragged tail; the
+# chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
+# of 256 in 64-row steps, so compute_out reads row blocks past the first; and carry asked for
+# with segments, which stores the states as before.
+CARRY_CASES = {
+    "carry-cb-pairs-initial-ragged": (
+        dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
+        SSDConfig(state_carry=1, state_block_n=256, state_segments=1, state_occupancy=1,
+                  state_weight_x=1, state_weights=1, out_cb=1, out_heads=2, out_occupancy=3,
+                  out_rank1=1, out_latency=4, out_hint_decays=1),
+    ),
+    "carry-chunk-kernel-fp16-z-D-per-headdim": (
+        dict(seqlen=700, chunk_size=128, nheads=16, ngroups=2, dstate=256, dtype="float16",
+             D_has_hdim=True, has_z=True),
+        SSDConfig(state_carry=1, state_block_n=256, state_segments=1, out_chunk_heads=16,
+                  out_occupancy=1),
+    ),
+    "carry-fp32-z-steps64": (
+        dict(seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True),
+        SSDConfig(state_carry=1, state_segments=1, state_block_q=64),
+    ),
+    "carry-with-segments-stores-states": (
+        dict(seqlen=1500, chunk_size=128, nheads=8, dstate=256, has_initial_states=True),
+        SSDConfig(state_carry=1, state_block_n=256, state_segments=3),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CARRY_CASES))
+def test_carry_configurations(name: str) -> None:
+    fields, config = CARRY_CASES[name]
+    problem = replace(BASE, **fields)
+    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
+
+
 @pytest.mark.parametrize(
     ("dstate", "expected"),
     # 16 chunks × 64 heads: segments at dstate 64; enough output tiles for chunk_cb at 256.

@@ -1,6 +1,7 @@
 """kernels/cutile/launch.py: which kernels of the forward launch as programmatic dependents, and
 the recording of launches, on the CPU (meta tensors; nothing runs); and which forwards leave
-segment_scan out (fwd_pass_state's DIRECT stores)."""
+segment_scan out (fwd_pass_state's DIRECT stores), and what the walk hands compute_out when it
+writes C·hᵀ (state_carry)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_two_segments_without_final_states_skip_segment_scan() -> None:
     names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
     assert names == ["chunk_cumsum_kernel", "fwd_pass_state_kernel", "compute_out_kernel"]
     walk, out = launches[1][2], launches[2][2]
-    assert walk[-1] is True  # DIRECT
+    assert walk[-2] is True  # DIRECT
     assert out[5] is walk[6] and walk[6].dtype == walk[5].dtype  # seg_start: the states' dtype
 
 
@@ -90,4 +91,27 @@ def test_two_segments_without_final_states_skip_segment_scan() -> None:
 def test_segment_scan_runs_otherwise(segments: int, final_states: bool) -> None:
     launches = _recorded(SSDConfig(state_segments=segments), final_states=final_states)
     assert [k._pyfunc.__name__ for _, k, _, _ in launches].count("segment_scan_kernel") == 1
-    assert launches[1][2][-1] is False  # DIRECT
+    assert launches[1][2][-2] is False  # DIRECT
+
+
+@pytest.mark.parametrize("out", [{"out_cb": 1}, {"out_chunk_heads": 8, "out_occupancy": 1}])
+def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
+    """With one walker per head over the whole state and one segment, the walk is given C and
+    stores (b, l, h, p) rows, which both compute_out kernels read in place of the states."""
+    launches = _recorded(SSDConfig(state_carry=1, state_block_n=64, state_segments=1, **out))
+    walk, compute_out = launches[1][2], launches[-1][2]
+    assert walk[-1] is True and walk[10] is not walk[1]  # CARRY, and C among its arguments
+    assert walk[5].shape == walk[0].shape  # rows shaped like x
+    states_arg = 4 if "out_cb" in out else 3
+    assert compute_out[states_arg] is walk[5] and compute_out[-1] is True
+
+
+@pytest.mark.parametrize(
+    "config",
+    [SSDConfig(state_carry=1, state_block_n=64, state_segments=2),
+     SSDConfig(state_carry=1, state_block_n=32, state_segments=1)],
+    ids=["segments", "walkers-of-part-of-the-state"],
+)  # fmt: skip
+def test_c_h_rows_only_from_one_segment_of_whole_state_walkers(config: SSDConfig) -> None:
+    walk = _recorded(config)[1][2]
+    assert walk[-1] is False and walk[5].dim() == 5  # the states, (b, nchunks, h, p, n)
