@@ -18,12 +18,13 @@ from kernels.cutile.signatures import forward_launches  # noqa: E402
 from scripts.variants import parse_shape  # noqa: E402
 
 SYMBOLS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = SYMBOLS / "symbols-0272595.jsonl"
+SYMBOLS = SYMBOLS / "symbols-fdcebd9.jsonl"
 SHAPES = {
     "b1_L65536_H128_P64_N128": "65536:128:128",
     "b1_L65536_H32_P64_N64": "65536:32:64",
     "b1_L2048_H32_P64_N256": "2048:32:256",
     "b1_L16384_H64_P64_N256": "16384:64:256:128",
+    "b1_L16384_H128_P64_N256": "16384:128:256:128",  # the walk writes C·hᵀ (change 70)
 }
 
 
