@@ -82,6 +82,17 @@ def _step_rows(chunk_tile, step, Q: int, TQ: int):
     return ct.extract(chunk_tile, index=(step,), shape=(TQ,))
 
 
+def _step_tile(BC, batch, row_block, group, nblock, TQ: int, NB: int, LAT: int):
+    """The (TQ, NB) tile of B or C at one mma step's rows and the walker's state columns."""
+    return ct.load(
+        BC,
+        index=(batch, row_block, group, nblock),
+        shape=(1, TQ, 1, NB),
+        padding_mode=ct.PaddingMode.ZERO,
+        latency=LAT,
+    ).reshape((TQ, NB))
+
+
 def _weighted_x_b(
     acc, x, b, chunk_dA, chunk_dt, dA_last, batch, head, chunk, step, steps,
     Q: int, P: int, TQ: int, WEIGHT_X: bool, mma_dtype, LAT: int, WEIGHTS: bool,
@@ -228,21 +239,9 @@ def fwd_pass_state_kernel(
         if HS == 2:
             acc1 = state1 * exp2(dA_last1)
         for step in range(steps):
-            b = ct.load(
-                B,
-                index=(batch, chunk * steps + step, group, nblock),
-                shape=(1, TQ, 1, NB),
-                padding_mode=ct.PaddingMode.ZERO,
-                latency=LAT,
-            ).reshape((TQ, NB))
+            b = _step_tile(B, batch, chunk * steps + step, group, nblock, TQ, NB, LAT)
             if CARRY:  # C·hᵀ for this step's rows, from the state entering the chunk
-                c = ct.load(
-                    C,
-                    index=(batch, chunk * steps + step, group, nblock),
-                    shape=(1, TQ, 1, NB),
-                    padding_mode=ct.PaddingMode.ZERO,
-                    latency=LAT,
-                ).reshape((TQ, NB))
+                c = _step_tile(C, batch, chunk * steps + step, group, nblock, TQ, NB, LAT)
                 carried = ct.mma(c.astype(mma_dtype), h_t, ct.zeros((TQ, P), dtype=ct.float32))
                 ct.store(
                     states,

@@ -250,13 +250,6 @@ CHUNK_KERNEL_CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(CHUNK_KERNEL_CASES))
-def test_chunk_kernel_configurations(name: str) -> None:
-    fields, config = CHUNK_KERNEL_CASES[name]
-    problem = replace(BASE, **fields)
-    _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
-
-
 # The walk's C·hᵀ rows in place of its states (state_carry, change 70): dstate 256's default
 # where it engages (pairs over chunk_cb) from initial states with groups and a ragged tail; the
 # chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
@@ -286,9 +279,12 @@ CARRY_CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(CARRY_CASES))
-def test_carry_configurations(name: str) -> None:
-    fields, config = CARRY_CASES[name]
+PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES}
+
+
+@pytest.mark.parametrize("name", list(PROBLEM_CONFIGS))
+def test_problems_under_configurations(name: str) -> None:
+    fields, config = PROBLEM_CONFIGS[name]
     problem = replace(BASE, **fields)
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
 
