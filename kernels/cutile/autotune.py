@@ -232,7 +232,9 @@ class TuningCache:
 
 def stages(dstate: int, chunk_size: int) -> list[tuple[str, list[dict[str, int]]]]:
     """The tuner's stages in order, each with its candidates: the walk's shape knobs, its hints,
-    compute_out's knobs and its hint, then chunk_cumsum's heads per CTA."""
+    compute_out's knobs and its hint, then chunk_cumsum's heads per CTA. `state_carry` is not a
+    candidate: it changes what both kernels do, so it stays as default_config set it (a walk
+    candidate of part of the state, or in segments, stores states whatever it says)."""
     return [
         ("fwd_pass_state", state_candidates(dstate, chunk_size)),
         ("fwd_pass_state_hints", state_hint_candidates()),
