@@ -158,11 +158,11 @@ def test_matches_reference(name: str) -> None:
 # SM with 32-column k-tiles (pairs of heads, and one head reading chunk_cb) under latency hints
 # other than the default, and with 64-column ones for pairs reading chunk_cb (change 69), and
 # a walk whose mma step covers the chunk (its dA and dt loaded once, dA_last taken from the dA
-# tile) for two heads, and four compute_out CTAs per SM with the
-# k-tiles' decays hinted (dstate 256's default with chunk_cb), and the walk's weights read from
-# chunk_cumsum (weights on x with two heads and segments, on B over whole chunks), and the walk's
-# state stores without TMA (two heads, segments). Whole 256-row chunks, so compute_out has row
-# blocks past the first (TM 64 and 128).
+# tile) for two heads, and four compute_out CTAs per SM with the k-tiles' decays hinted (dstate
+# 256's default with chunk_cb), and the walk's weights read from chunk_cumsum (weights on x with
+# two heads and segments, on B over whole chunks), and the walk's state stores without TMA (two
+# heads, segments). Whole 256-row chunks, so compute_out has row blocks past the first (TM 64
+# and 128).
 CONFIGS = {
     "three-segments": SSDConfig(state_segments=3),
     "two-heads-slices": SSDConfig(out_heads=2, out_slice_n=64, out_block_m=128, out_occupancy=2),
