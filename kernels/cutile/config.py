@@ -453,9 +453,14 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         # −5.7 % at 4K-8K, −7.5 to −7.6 % at 16K, −8.3 to −8.4 % at 32K, −9.7 to −10.6 % at 64K,
         # the walk +3 to +15 % and compute_out with chunk_cb −9 to −19 %; the chunk kernel
         # reading the rows +14 to +16 %; 64 heads, 64 such walkers, +33 % at 16K; change 70).
+        # Beyond CHAIN_SEQLEN that walk's loads at 6 build fewer instructions than at 8 (2,144
+        # against 2,512; 24 B of spills against 8): the walk −3.7 to −4.5 %, the forward −1.7 to
+        # −2.0 % at 8K-64K/128/256; at 1K-4K 6 against 4 +1.4 % to −0.2 %; 2 builds 255
+        # registers, the walk +60 to +63 % (runs 202-204, change 71).
         return replace(
             walk, state_carry=1, state_block_n=256, state_occupancy=1, out_cb=1, out_heads=2,
             out_occupancy=3, out_rank1=1, out_latency=4, out_hint_decays=1,
+            state_latency=6 if long else walk.state_latency,
         )  # fmt: skip
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:

@@ -359,7 +359,7 @@ def test_short_dstate_64_walks_of_few_walkers_take_latency_2(
 
 @pytest.mark.parametrize(
     ("dstate", "nheads", "chunk", "latencies"),
-    [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 8, 8)),
+    [(256, 64, 128, (4, 4, 8, 8)), (256, 64, 256, (2, 2, 8, 8)), (256, 128, 128, (4, 4, 6, 6)),
      (256, 128, 256, (4, 4, 4, 4)), (256, 32, 128, (6, 6, 6, 6)), (256, 32, 256, (2, 4, 4, 4)),
      (256, 31, 128, (4, 4, 2, 2)),
      (128, 128, 128, (6, 6, 6, 6)), (128, 128, 256, (2, 2, 2, 2)), (128, 64, 128, (6, 6, 6, 6)),
@@ -377,7 +377,8 @@ def test_long_walks_take_the_latency_hint_of_their_fastest_build(
     walkers at two per SM at dstate 128 take 8 (change 63). Up to CHAIN_SEQLEN those at dstate 128
     take 6 too over chunks of 128, and those at 256 take 2 over chunks of 256 (change 50). At
     dstate 64 the one-per-SM walkers take 6 at every length (change 53), the others the knobs'
-    default. latencies: state_latency at 2K, 4K, 8K and 64K."""
+    default. The whole-state walkers that write C·hᵀ (128 heads at dstate 256 over chunks of 128)
+    take 6 beyond CHAIN_SEQLEN (change 71). latencies: state_latency at 2K, 4K, 8K and 64K."""
     got = tuple(
         default_config(dstate, ProblemSize(1, seqlen, nheads, chunk)).state_latency
         for seqlen in (2048, 4096, 8192, 65536)
@@ -483,6 +484,8 @@ def test_whole_state_walkers_write_c_h_at_dstate_256_where_one_per_head_fills_th
         assert (config.state_block_n, config.state_occupancy, config.state_segments) == (256, 1, 1)
         assert (config.out_chunk_heads, config.out_cb, config.out_heads) == (0, 1, 2)
         assert (config.out_occupancy, config.out_hint_decays) == (3, 1)
+        # Change 71: the long walks' loads at 6, the short ones' at 4.
+        assert config.state_latency == (6 if seqlen > config_module.CHAIN_SEQLEN else 4)
     for dstate in (64, 128):
         assert default_config(dstate, size).state_carry == 0
 
