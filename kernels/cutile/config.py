@@ -64,10 +64,6 @@ class SSDConfig:
     # each chunk's carried output C·hᵀ (b, l, h, p) instead of its state, and compute_out reads
     # those rows in place of its C·hᵀ product (1); otherwise, or with segments, the states (0).
     state_carry: int = 0
-    # The walk and the output in one kernel (kernels/cutile/walk_out.py: one walker per head over
-    # its whole state, after chunk_cb), in place of fwd_pass_state and compute_out (1); of the
-    # walk's knobs it takes state_block_q, state_latency, state_occupancy and dependent_launch.
-    walk_out: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -100,7 +96,7 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_store_tma", "state_carry", "walk_out",
+            "out_fold_segments", "state_weights", "state_store_tma", "state_carry",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

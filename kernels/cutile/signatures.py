@@ -32,7 +32,6 @@ from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import SSDConfig
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
 from kernels.cutile.segment_scan import segment_scan_kernel
-from kernels.cutile.walk_out import walk_out_kernel
 
 KERNELS = {
     "chunk_cumsum_kernel": chunk_cumsum_kernel,
@@ -41,7 +40,6 @@ KERNELS = {
     "chunk_cb_kernel": chunk_cb_kernel,
     "compute_out_kernel": compute_out_kernel,
     "compute_out_chunk_kernel": compute_out_chunk_kernel_8_warps,
-    "walk_out_kernel": walk_out_kernel,
 }
 
 

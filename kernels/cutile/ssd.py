@@ -97,14 +97,8 @@ def launch_forward(
         dt_limit,
         config.cumsum_heads,
         bool(config.dependent_launch),
-        bool(config.state_weights or config.walk_out),
+        bool(config.state_weights),
     )
-    if config.walk_out:
-        from kernels.cutile.walk_out import walk_out
-
-        return walk_out(
-            x, B, C, dt_out, dA_cumsum, weight, initial_states, D, z, config, final_states
-        )
     state_pass = fwd_pass_state(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )

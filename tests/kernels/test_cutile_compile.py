@@ -132,19 +132,6 @@ CASES = {
         replace(SMALL, dstate=256, chunk_size=128),
         {"state_carry": 1, "state_block_n": 256, "state_segments": 3},
     ),
-    # The walk and the output in one kernel (walk_out), as the GPU tests run it.
-    "walk-out-N256-chunk128-steps64": (
-        parse_shape("8192:128:256:128"),
-        {"walk_out": 1, "state_block_q": 64},
-    ),
-    "walk-out-fp32-z-ragged-noD": (
-        replace(FP32_Z_RAGGED, has_D=False),
-        {"walk_out": 1, "state_block_q": 64},
-    ),
-    "walk-out-fp16-D-per-headdim-z-steps128": (
-        replace(FP16_D_PER_HEADDIM, chunk_size=128, dstate=256),
-        {"walk_out": 1, "state_block_q": 128, "state_occupancy": 1},
-    ),
 }
 
 
@@ -156,7 +143,7 @@ def test_every_launch_of_the_forward_compiles(case: str, arch: str) -> None:
     launches = forward_launches(meta_inputs(problem).kwargs(), point_config(problem, overrides))
     names = {name for name, _, _ in launches}
     assert "chunk_cumsum_kernel" in names
-    assert names & {"compute_out_kernel", "compute_out_chunk_kernel", "walk_out_kernel"}
+    assert names & {"compute_out_kernel", "compute_out_chunk_kernel"}
     for name, kernel, signature in launches:
         cubin = io.BytesIO()
         export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
@@ -175,5 +162,5 @@ def test_the_cases_cover_every_kernel() -> None:
     }
     assert names == {
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "chunk_cb_kernel",
-        "compute_out_kernel", "compute_out_chunk_kernel", "walk_out_kernel",
+        "compute_out_kernel", "compute_out_chunk_kernel",
     }  # fmt: skip

@@ -279,32 +279,7 @@ CARRY_CASES = {
 }  # fmt: skip
 
 
-# The walk and the output in one kernel (walk_out): from initial states with groups and a ragged
-# tail in 64-row steps (two per chunk, so a tile before the diagonal); fp16 with z and D per
-# head-dim in whole-chunk steps; fp32 (TF32) with z and no D over chunks of 256 in 64-row steps
-# (three tiles before the last step's diagonal); two batch entries.
-WALK_OUT_CASES = {
-    "walk-out-initial-groups-ragged-steps64": (
-        dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
-        SSDConfig(walk_out=1, state_block_q=64, state_occupancy=1, state_latency=6),
-    ),
-    "walk-out-fp16-z-D-per-headdim-steps128": (
-        dict(seqlen=700, chunk_size=128, nheads=16, ngroups=2, dstate=256, dtype="float16",
-             D_has_hdim=True, has_z=True),
-        SSDConfig(walk_out=1, state_block_q=128, state_occupancy=1),
-    ),
-    "walk-out-fp32-z-noD-chunk256": (
-        dict(seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True, has_D=False),
-        SSDConfig(walk_out=1, state_block_q=64),
-    ),
-    "walk-out-two-batch-entries": (
-        dict(batch=2, seqlen=900, chunk_size=128, dstate=128),
-        SSDConfig(walk_out=1, state_block_q=64, dependent_launch=0),
-    ),
-}  # fmt: skip
-
-
-PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES, **WALK_OUT_CASES}
+PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES}
 
 
 @pytest.mark.parametrize("name", list(PROBLEM_CONFIGS))
