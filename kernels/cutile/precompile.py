@@ -9,9 +9,10 @@ candidate's exact launches on meta tensors (`signatures.forward_launches`, the n
 compiles) and compile them for the GPU's architecture into that cache, so the search's own
 launches find their cubins there. A specialisation that fails to compile is left to the search,
 which reports it. The workers also read each cubin's resources, so that the search can skip the
-configurations whose launches spill (`Precompiled.spilling`). A sweep under tune=off compiles
-its points' default launches the same way, all at once before it times any
-(`precompile_defaults`, called by the cuTile provider's `prepare` in harness/providers.py).
+configurations whose launches spill more than its starting point's (`Precompiled.spills_more`).
+A sweep under tune=off compiles its points' default launches the same way, all at once before it
+times any (`precompile_defaults`, called by the cuTile provider's `prepare` in
+harness/providers.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -75,7 +77,16 @@ class Precompiled:
     failed: int  # of those, how many did not compile (the search reports them again)
     workers: int
     seconds: float
-    spilling: frozenset[SSDConfig] = frozenset()  # configs with a launch that uses local memory
+    # Configs with a launch that uses local memory: {config: {kernel name: most bytes spilled}}.
+    spills: Mapping[SSDConfig, Mapping[str, int]] = field(default_factory=dict)
+
+    def spills_more(self, config: SSDConfig, than: SSDConfig) -> bool:
+        """Whether a launch of `config` spills more than `than`'s launches of the same kernel
+        (none: 0 B). A search skips such candidates; one that spills only as much as its start
+        (at dstate 256 over chunks of 128 the default chunk kernel spills 64 B, so every walk
+        candidate there does too) is timed."""
+        start = self.spills.get(than, {})
+        return any(b > start.get(k, 0) for k, b in self.spills.get(config, {}).items())
 
     def to_dict(self) -> dict:
         return {
@@ -84,11 +95,11 @@ class Precompiled:
             "failed": self.failed,
             "workers": self.workers,
             "seconds": round(self.seconds, 1),
-            "spilling": len(self.spilling),
+            "spilling": len(self.spills),
         }
 
 
-Key = tuple[str, str]  # (mangled name, compiler hints): what decides a cubin
+Key = tuple[str, str, str]  # (kernel, mangled name, compiler hints): what decides a cubin
 
 
 def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
@@ -96,7 +107,7 @@ def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
     from kernels.cutile.signatures import forward_launches
 
     return [
-        (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+        (name, signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
         for name, kernel, signature in forward_launches(kwargs, config, sms)
     ]
 
@@ -114,7 +125,7 @@ def distinct_launches(keys: list[list[Key]]) -> dict[Key, tuple[int, int]]:
 # Specialisations precompiled by this process, with their resources (None: did not compile): the
 # search launched each of them after, so they are in cuTile's in-memory cache too, and a later
 # shape needs neither workers nor a lookup.
-_PRECOMPILED: dict[tuple[str, str, str], Resources | None] = {}  # (arch, *key)
+_PRECOMPILED: dict[tuple[str, str, str, str], Resources | None] = {}  # (arch, *key)
 
 
 def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> Resources | None:
@@ -165,9 +176,9 @@ def precompile_forwards(
 ) -> Precompiled:
     """Compile, in parallel, every distinct launch that the forwards (inputs, config) make, for
     `arch` (e.g. "sm_90") on a GPU of `sms` SMs, into the disk cache, skipping those this
-    process precompiled before, and name the configs with a launch that spills. Nothing is
-    compiled when the cache is off: the cubins would not outlive the workers, and then no config
-    is named as spilling (a search times them all)."""
+    process precompiled before, and name the configs with a launch that spills, by how much in
+    each kernel. Nothing is compiled when the cache is off: the cubins would not outlive the
+    workers, and then no config is named as spilling (a search times them all)."""
     began = time.perf_counter()
     described = [layouts(kwargs) for kwargs, _ in forwards]
     keys = (
@@ -192,13 +203,20 @@ def precompile_forwards(
             }
             _PRECOMPILED.update({(arch, *key): f.result() for key, f in futures.items()})
     failed = sum(_PRECOMPILED[(arch, *key)] is None for key in new)
-    spilling = frozenset(
-        config
+    spills = {
+        config: spilled
         for (_, config), launches in zip(forwards, keys, strict=False)
-        if any(_spills(_PRECOMPILED.get((arch, *key))) for key in launches)
-    )
-    return Precompiled(len(jobs), len(new), failed, used, time.perf_counter() - began, spilling)
+        if (spilled := _spilled(arch, launches))
+    }
+    return Precompiled(len(jobs), len(new), failed, used, time.perf_counter() - began, spills)
 
 
-def _spills(resources: Resources | None) -> bool:
-    return resources is not None and resources.local_bytes > 0
+def _spilled(arch: str, launches: list[Key]) -> dict[str, int]:
+    """{kernel name: most local-memory bytes among its launches} of one forward's spilling
+    launches (a launch that did not compile counts as none)."""
+    spilled: dict[str, int] = {}
+    for key in launches:
+        resources = _PRECOMPILED.get((arch, *key))
+        if resources is not None and resources.local_bytes > 0:
+            spilled[key[0]] = max(spilled.get(key[0], 0), resources.local_bytes)
+    return spilled

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.cutile import autotune
+from kernels.cutile import autotune, precompile
 from kernels.cutile import config as config_module
 from kernels.cutile.config import DEFAULT_CONFIG, ProblemSize, SSDConfig, default_config
 from kernels.cutile.fwd_pass_state import _segments
@@ -556,21 +556,22 @@ def test_the_stages_count_the_configurations_a_search_may_time(dstate, chunk_siz
     assert sum(len(candidates) for _, candidates in autotune.stages(dstate, chunk_size)) == most
 
 
-class _NothingSpills:
-    """precompile's result with no spilling launch."""
-
-    spilling = frozenset()
-
-    def to_dict(self) -> dict:
-        return {}
-
-
 def _tune_on_a_fake_clock(
-    monkeypatch, us: Callable[[SSDConfig], float], seqlen: int, nheads: int, dstate: int
+    monkeypatch,
+    us: Callable[[SSDConfig], float],
+    seqlen: int,
+    nheads: int,
+    dstate: int,
+    spills: Callable[[SSDConfig], dict[str, int]] = lambda config: {},
 ) -> tuple[SSDConfig, dict, list[list[SSDConfig]]]:
     """autotune.tune at (seqlen, nheads, dstate) over chunks of 128 on meta tensors, `us` giving
-    every config's time: (pick, details, the configs each stage timed)."""
+    every config's time and `spills` its launches' spilled bytes per kernel: (pick, details, the
+    configs each stage timed)."""
     timed: list[list[SSDConfig]] = []
+
+    def fake_precompile(kwargs, configs, arch, sms) -> precompile.Precompiled:
+        spilled = {c: s for c in configs if (s := spills(c))}
+        return precompile.Precompiled(len(configs), 0, 0, 0, 0.0, spilled)
 
     def fake_search(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
         timed.append(configs)
@@ -578,7 +579,7 @@ def _tune_on_a_fake_clock(
         return min(configs, key=times.get), {"times_us": times}
 
     monkeypatch.setattr(autotune, "search_timed", fake_search)
-    monkeypatch.setattr(autotune, "precompile", lambda *args: _NothingSpills())
+    monkeypatch.setattr(autotune, "precompile", fake_precompile)
     monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda device: (9, 0))
     monkeypatch.setattr("kernels.cutile.launch.sm_count", lambda device: 132)
     kwargs = {
@@ -616,6 +617,30 @@ def test_latency_hints_are_searched_on_each_kernels_pick(monkeypatch) -> None:
     assert all(c.state_latency == 6 for c in timed[2] + timed[3])
     assert {c.cumsum_heads for c in timed[4]} == set(autotune.CUMSUM_HEADS)
     assert all(c.out_latency == 6 for c in timed[4])
+
+
+def test_candidates_spilling_no_more_than_the_start_are_timed(monkeypatch) -> None:
+    """At dstate 256 over chunks of 128 the default chunk kernel spills 64 B, and so does every
+    walk candidate's forward: they are timed (run 207: all but the start were skipped). A
+    candidate whose walk spills, or whose chunk kernel spills more, is not, however fast."""
+
+    def spills(c: SSDConfig) -> dict[str, int]:
+        spilled = {"compute_out_chunk_kernel": 64 + 8 * (c.out_latency == 8)}
+        if c.state_block_n == 128:
+            spilled["fwd_pass_state_kernel"] = 24
+        return spilled
+
+    def us(c: SSDConfig) -> float:
+        faster = (c.state_block_n == 256) + 5 * (c.state_block_n == 128) + (c.out_latency == 8)
+        return 100.0 - faster
+
+    best, details, timed = _tune_on_a_fake_clock(monkeypatch, us, 16384, 32, 256, spills)
+    start = timed[0][0]
+    assert start.state_block_n == 64 and start.out_latency != 8
+    assert {c.state_block_n for c in timed[0]} == {64, 256}
+    assert details["fwd_pass_state"]["spilling_skipped"] == 24  # the 128-column walkers
+    assert 8 not in {c.out_latency for c in timed[3]}
+    assert (best.state_block_n, best.out_latency) == (256, start.out_latency)
 
 
 def test_the_walks_hints_are_searched_at_one_and_two_ctas_per_sm(monkeypatch) -> None:

@@ -58,7 +58,8 @@ def test_distinct_launches_of_the_forwards() -> None:
     names = []
     for key, (forward, index) in jobs.items():
         name, kernel, signature = forward_launches(kwargs, configs[forward])[index]
-        assert key == (signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
+        symbol = signature.with_mangled_symbol(name).symbol
+        assert key == (name, symbol, repr(kernel._compiler_options))
         names.append(name)
     # the candidates differ in compute_out only: one chunk_cumsum and one state walk among them
     assert names.count("chunk_cumsum_kernel") == names.count("fwd_pass_state_kernel") == 1
@@ -116,8 +117,9 @@ def test_workers_fill_the_disk_cache_once_per_process(
 ) -> None:
     """A forward of two configs that differ in compute_out: its launches and the second
     compute_out, compiled by two processes into the cache a later launch reads, the second
-    named as spilling (pairs of heads at dstate 64: 152 B on sm_90); asked again, this process
-    compiles nothing and still knows which spills."""
+    named as spilling in compute_out (pairs of heads at dstate 64 on sm_90), so it spills more than
+    the first and not the other way round; asked again, this process compiles nothing and still
+    knows which spills."""
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(precompile, "_PRECOMPILED", {})
     base = _base()
@@ -126,10 +128,13 @@ def test_workers_fill_the_disk_cache_once_per_process(
     done = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
     built = launches + 1
     assert (done.specialisations, done.compiled, done.failed, done.workers) == (built, built, 0, 2)
-    assert done.spilling == {configs[1]} and done.to_dict()["spilling"] == 1
+    spilled = done.spills
+    assert list(spilled) == [configs[1]] and list(spilled[configs[1]]) == ["compute_out_kernel"]
+    assert spilled[configs[1]]["compute_out_kernel"] > 0 and done.to_dict()["spilling"] == 1
+    assert done.spills_more(configs[1], configs[0]) and not done.spills_more(*configs)
     with sqlite3.connect(tmp_path / "cache.db") as db:
         assert db.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == built
     again = precompile.precompile(_kwargs(), configs, "sm_90", 132, 2)
     assert (again.specialisations, again.compiled, again.workers) == (built, 0, 0)
-    assert again.spilling == {configs[1]}
+    assert again.spills == spilled
     assert again.to_dict()["seconds"] < done.to_dict()["seconds"]
