@@ -52,7 +52,7 @@ from kernels.cutile.tiles import pow2_tile
 from kernels.cutile.toolchain import tileiras_version
 
 POLICIES = ("off", "cached", "force")
-# /2: picks searched with the spill rule of run 207; a /1 file is reported and rebuilt.
+# /2: picks searched under change 73's spill rule (docs/performance.md); /1 files are rebuilt.
 CACHE_FORMAT = "ssdbench-cutile-tuning/2"
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssdbench"
 
