@@ -82,9 +82,8 @@ class Precompiled:
 
     def spills_more(self, config: SSDConfig, than: SSDConfig) -> bool:
         """Whether a launch of `config` spills more than `than`'s launches of the same kernel
-        (none: 0 B). A search skips such candidates; one that spills only as much as its start
-        (at dstate 256 over chunks of 128 the default chunk kernel spills 64 B, so every walk
-        candidate there does too) is timed."""
+        (none: 0 B): what a search skips, so that a start that spills does not skip every
+        candidate that keeps its spilling launch (autotune.py)."""
         start = self.spills.get(than, {})
         return any(b > start.get(k, 0) for k, b in self.spills.get(config, {}).items())
 
