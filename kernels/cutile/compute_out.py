@@ -359,7 +359,7 @@ def compute_out_launch(
         sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
         sp.seg_decay if segmented else torch.empty_like(unused),
     )
-    fold = segmented and bool(config.out_fold_segments) and not sp.carry  # rows: nothing to fold
+    fold = segmented and bool(config.out_fold_segments)
     if uses_chunk_kernel(config, chunk_size):
         hl = math.gcd(config.out_chunk_heads, heads_per_group)
         grid = (nheads // hl, nchunks, batch)

@@ -15,12 +15,10 @@ state; compute_out adds the H_s term. Each CTA records its segment's end state a
 With two segments and no final states asked for, H_1 is segment 0's end state itself, so segment 0
 stores it as segment_scan would (H_0 = 0 beside it) and segment_scan is not launched.
 
-With CARRY (one walker per head over its whole state) the walk stores, in place of each chunk's
-state, what compute_out would make of it: the rows C[m]·h(chunk)ᵀ for the chunk's positions,
-(Q, P) against the state's (P, N), half the bytes at dstate 256. The product is one more mma per
-step with the state entering the chunk as its operand. With segments the rows are local too, and
-compute_out adds exp(decay since the segment's start)·C[m]·H_sᵀ, as it does to a local state's
-product: so few heads can still fill the GPU with such walkers (32 heads, four segments).
+With CARRY (one segment, one walker per head over its whole state) the walk stores, in place of
+each chunk's state, what compute_out would make of it: the rows C[m]·h(chunk)ᵀ for the chunk's
+positions, (Q, P) against the state's (P, N), half the bytes at dstate 256. The product is one
+more mma per step with the state entering the chunk as its operand.
 """
 
 from __future__ import annotations
@@ -306,15 +304,14 @@ def fwd_pass_state(
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
     segments, seg_len = args[13:15]
-    carry = args[-1]
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, carry)
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1])
     if args[-2]:  # DIRECT: seg_end holds the segments' start states
-        return StatePass(states, None, segments, seg_len, seg_end, seg_decay, carry)
+        return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
     )
-    return StatePass(states, final, segments, seg_len, seg_start, seg_decay, carry)
+    return StatePass(states, final, segments, seg_len, seg_start, seg_decay)
 
 
 def fwd_pass_state_launch(
@@ -342,7 +339,7 @@ def fwd_pass_state_launch(
     )
     device, f32 = x.device, torch.float32
     direct = segments == 2 and not final_states
-    carry = bool(config.state_carry) and nblocks == 1 and hs == 1
+    carry = bool(config.state_carry) and segments == 1 and nblocks == 1 and hs == 1
     states = (
         torch.empty(x.shape, device=device, dtype=x.dtype)
         if carry

@@ -92,19 +92,18 @@ def carried_state(
     """C[m]·h(chunk)ᵀ for one head; with segments, h = h_local + exp(decay since the segment's
     start)·H_segment (see fwd_pass_state). FOLD (only with segments) sums the two in fp32 before
     one mma per slice, the state passing through registers; otherwise the H term is a second
-    product whose operands come straight from memory. CARRY: the walk stored the local rows
-    C[m]·h_localᵀ themselves (`states` is then (b, l, h, p)); FOLD does not apply to them."""
+    product whose operands come straight from memory. CARRY: the walk stored these rows
+    themselves (`states` is then (b, l, h, p))."""
     if CARRY:
-        acc = x_tile(states, batch, row_block, head, TM, P, ct.float32)
-    else:
-        if FOLD:
-            return folded_state(
-                C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
-                seg_len, TM, P, NS, slices, mma_dtype,
-            )  # fmt: skip
-        acc = c_times_state(
-            C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
-        )
+        return x_tile(states, batch, row_block, head, TM, P, ct.float32)
+    if FOLD:
+        return folded_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype,
+        )  # fmt: skip
+    acc = c_times_state(
+        C, states, c_first, batch, chunk, head, row_block, group, TM, P, NS, slices, mma_dtype
+    )
     if SEGMENTED:
         seg = chunk // seg_len
         if seg > 0:

@@ -119,7 +119,7 @@ CASES = {
     "walk-plain-state-stores-two-heads": (SMALL, {"state_store_tma": 0, "state_heads": 2}),
     "walk-plain-state-stores-fp32-z-ragged": (FP32_Z_RAGGED, {"state_store_tma": 0}),
     # The walk's C·hᵀ rows (state_carry; the default at 4096:128:256:128 above): read by the
-    # chunk kernel, in fp32 over 64-row steps, and local to segments (change 74).
+    # chunk kernel, in fp32 over 64-row steps, and asked for with segments (states stored).
     "carry-chunk-kernel-fp16-D-per-headdim": (
         replace(FP16_D_PER_HEADDIM, chunk_size=128, dstate=256),
         {"state_carry": 1, "state_block_n": 256, "state_segments": 1, "out_chunk_heads": 16},
@@ -128,13 +128,9 @@ CASES = {
         FP32_Z_RAGGED,
         {"state_carry": 1, "state_segments": 1, "state_block_q": 64},
     ),
-    "carry-with-segments": (
+    "carry-asked-with-segments": (
         replace(SMALL, dstate=256, chunk_size=128),
         {"state_carry": 1, "state_block_n": 256, "state_segments": 3},
-    ),
-    "carry-with-segments-chunk-kernel": (
-        replace(SMALL, dstate=256, chunk_size=128),
-        {"state_carry": 1, "state_block_n": 256, "state_segments": 4, "out_chunk_heads": 4},
     ),
 }
 

@@ -199,14 +199,12 @@ CONFIGS = {
 }
 
 # Two segments without final states (the walk's DIRECT stores) under other knobs: two heads per
-# walker with plain state stores, the start folded in; C·Bᵀ from chunk_cb for pairs of heads; the
-# walk's C·hᵀ rows.
+# walker with plain state stores, the start folded in; C·Bᵀ from chunk_cb for pairs of heads.
 DIRECT_CONFIGS = {
     "direct-two-heads-plain-stores": SSDConfig(
         state_segments=2, state_heads=2, state_store_tma=0, out_fold_segments=1
     ),
     "direct-cb-pairs": SSDConfig(state_segments=2, out_cb=1, out_heads=2),
-    "direct-carry-rows": SSDConfig(state_segments=2, state_carry=1, state_block_n=256),
 }
 
 
@@ -255,9 +253,8 @@ CHUNK_KERNEL_CASES = {
 # The walk's C·hᵀ rows in place of its states (state_carry, change 70): dstate 256's default
 # where it engages (pairs over chunk_cb) from initial states with groups and a ragged tail; the
 # chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
-# of 256 in 64-row steps, so compute_out reads row blocks past the first; and rows local to
-# segments (change 74), whose start compute_out adds: from initial states with a ragged tail, in
-# the chunk kernel and in pairs over chunk_cb.
+# of 256 in 64-row steps, so compute_out reads row blocks past the first; and carry asked for
+# with segments, which stores the states as before.
 CARRY_CASES = {
     "carry-cb-pairs-initial-ragged": (
         dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
@@ -275,19 +272,9 @@ CARRY_CASES = {
         dict(seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True),
         SSDConfig(state_carry=1, state_segments=1, state_block_q=64),
     ),
-    "carry-segments-initial-ragged": (
+    "carry-with-segments-stores-states": (
         dict(seqlen=1500, chunk_size=128, nheads=8, dstate=256, has_initial_states=True),
         SSDConfig(state_carry=1, state_block_n=256, state_segments=3),
-    ),
-    "carry-segments-chunk-kernel-groups": (
-        dict(seqlen=2000, chunk_size=128, nheads=16, ngroups=2, dstate=256),
-        SSDConfig(state_carry=1, state_block_n=256, state_segments=4, state_occupancy=1,
-                  out_chunk_heads=8, out_occupancy=1, out_latency=2),
-    ),
-    "carry-segments-cb-pairs-fp16-z": (
-        dict(seqlen=1100, chunk_size=128, nheads=8, dstate=128, dtype="float16", has_z=True),
-        SSDConfig(state_carry=1, state_block_n=256, state_segments=4, out_cb=1, out_heads=2,
-                  out_rank1=1, out_fold_segments=1),
     ),
 }  # fmt: skip
 

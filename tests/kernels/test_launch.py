@@ -107,31 +107,11 @@ def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("segments", "final_states", "scan"),
-    [(3, True, True), (2, False, False)],
-    ids=["three-segments", "two-segments-direct"],
-)
-def test_segmented_whole_state_walkers_hand_compute_out_local_rows_and_starts(
-    segments: int, final_states: bool, scan: bool
-) -> None:
-    """With segments the walk still stores rows (local to each segment), and compute_out gets
-    them with the segments' start states (segment_scan's, or the walk's own DIRECT stores) and
-    decays, to add the start's product; the fold does not apply to rows."""
-    config = SSDConfig(
-        state_carry=1, state_block_n=64, state_segments=segments, out_fold_segments=1
-    )
-    launches = _recorded(config, final_states=final_states)
-    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
-    assert ("segment_scan_kernel" in names) is scan
-    walk, compute_out = launches[1][2], launches[-1][2]
-    assert walk[-1] is True and walk[5].shape == walk[0].shape  # CARRY: rows shaped like x
-    seg_start = launches[2][2][2] if scan else walk[6]
-    assert compute_out[4] is walk[5] and compute_out[-1] is True  # rows, CARRY
-    assert compute_out[5] is seg_start and seg_start.shape[1] == segments
-    assert compute_out[6] is walk[8]  # each chunk's decay since its segment's start
-    assert compute_out[-3] is False  # FOLD
-
-
-def test_c_h_rows_only_from_whole_state_walkers() -> None:
-    walk = _recorded(SSDConfig(state_carry=1, state_block_n=32, state_segments=1))[1][2]
+    "config",
+    [SSDConfig(state_carry=1, state_block_n=64, state_segments=2),
+     SSDConfig(state_carry=1, state_block_n=32, state_segments=1)],
+    ids=["segments", "walkers-of-part-of-the-state"],
+)  # fmt: skip
+def test_c_h_rows_only_from_one_segment_of_whole_state_walkers(config: SSDConfig) -> None:
+    walk = _recorded(config)[1][2]
     assert walk[-1] is False and walk[5].dim() == 5  # the states, (b, nchunks, h, p, n)
