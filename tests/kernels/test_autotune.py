@@ -728,3 +728,26 @@ def test_few_walkers_beyond_chain_seqlen_at_dstate_128_take_64_columns_at_two_pe
         segments, _ = _segments(0, seqlen // chunk, ctas, config.state_occupancy, None)
     got = (config.state_block_n, config.state_block_q, config.state_occupancy, config.state_latency)
     assert got + (segments,) == walk
+
+
+def test_a_pick_must_beat_the_start_by_min_gain() -> None:
+    start, near, far = SSDConfig(), SSDConfig(out_latency=6), SSDConfig(out_latency=8)
+    gain = autotune.MIN_GAIN
+    assert autotune.pick(start, {start: 100.0, near: 100.0 * (1 - gain / 2)}) == start
+    assert autotune.pick(start, {start: 100.0, near: 99.9, far: 100.0 * (1 - 2 * gain)}) == far
+    assert autotune.pick(None, {near: 99.9, far: 100.0}) == near  # the start failed to launch
+
+
+def test_finalists_are_timed_in_turns_so_a_drift_falls_on_all() -> None:
+    """A GPU getting 1 % slower per call: timed one after another, the config timed first would
+    look fastest although it is the slower; in turns the faster one is found."""
+    calls = []
+
+    def drifting_us(fn) -> float:
+        calls.append(fn)
+        return fn() * (1 + 0.01 * len(calls))
+
+    times = autotune.interleaved_us({"slow": lambda: 101.0, "fast": lambda: 100.0}, 10, drifting_us)
+    assert times["fast"] < times["slow"]
+    assert [fn() for fn in calls[2:6]] == [101.0, 100.0, 101.0, 100.0]  # after one warm-up each
+    assert len(calls) == 2 + 2 * 10
