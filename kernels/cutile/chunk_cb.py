@@ -10,11 +10,13 @@ group read it back from L2 (compute_out orders its grid heads fastest).
 
 from __future__ import annotations
 
+import functools
+
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.indices import split_index
-from kernels.cutile.launch import follow_previous, launch
+from kernels.cutile.launch import follow_previous, is_recording, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -67,6 +69,59 @@ def chunk_cb_kernel(
         )
 
 
+def c_times_b_chunks(
+    C, B, cb, batch, first, stride: int, nchunks, Q: int, TM: int, NS: int, N: int
+):  # fmt: skip
+    """C·Bᵀ of the chunks numbered first, first + stride, … (each chunk of each group), in
+    (TM, Q) row blocks over NS-wide dstate slices as chunk_cb sums them, stored whole for
+    compute_out to read."""
+    groups = B.shape[2]
+    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
+    zero = ct.PaddingMode.ZERO
+    for i in range((nchunks * groups - first + stride - 1) // stride):
+        item = first + i * stride
+        chunk = item // groups
+        group = item - chunk * groups
+        for m in range(Q // TM):
+            acc = ct.zeros((TM, Q), dtype=ct.float32)
+            for s in range(N // NS):
+                c = ct.load(
+                    C, index=(batch, chunk * (Q // TM) + m, group, s), shape=(1, TM, 1, NS),
+                    padding_mode=zero,
+                )  # fmt: skip
+                b = ct.load(
+                    B, index=(batch, s, group, chunk), shape=(1, NS, 1, Q), order=(0, 3, 2, 1),
+                    padding_mode=zero,
+                )  # fmt: skip
+                acc = ct.mma(
+                    c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, Q)).astype(mma_dtype),
+                    acc,
+                )  # fmt: skip
+            tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
+            ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
+
+
+@ct.kernel
+def chunk_cb_strided_kernel(
+    C,  # (b, l, g, n)
+    B,  # (b, l, g, n)
+    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype, every tile written
+    nchunks: int,
+    Q: ConstInt,
+    TM: ConstInt,
+    NS: ConstInt,
+    N: ConstInt,
+):
+    """A few CTAs, each taking every ctas-th chunk: chunk_cb's product beside a one-wave walk,
+    on the SMs it leaves free (SSDConfig.state_cb 2)."""
+    c_times_b_chunks(C, B, cb, ct.bid(1), ct.bid(0), ct.num_blocks(0), nchunks, Q, TM, NS, N)
+
+
+def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
+    """dtype C·Bᵀ is stored in under `SSDConfig.out_cb`: fp32, or (2) the input dtype."""
+    return torch.float32 if out_cb == 1 else input_dtype
+
+
 def chunk_cb(
     C: torch.Tensor,
     B: torch.Tensor,
@@ -93,3 +148,35 @@ def chunk_cb(
         dependent,
     )
     return cb
+
+
+def chunk_cb_beside(
+    C: torch.Tensor, B: torch.Tensor, chunk_size: int, ctas: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Launch chunk_cb_strided_kernel, `ctas` CTAs per batch entry, on a second stream forked
+    from the current one, so that it runs beside the kernels launched next; returns C·Bᵀ (b,
+    nchunks, g, Q, Q) in `dtype`. Call `join_beside` before anything reads it."""
+    batch, seqlen, ngroups, dstate = C.shape
+    nchunks = -(-seqlen // chunk_size)
+    n_tile = pow2_tile(dstate)
+    cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
+    args = (C, B, cb, nchunks, chunk_size, min(64, chunk_size), min(128, n_tile), n_tile)
+    if is_recording():
+        launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
+        return cb
+    side = _side_stream(C.device)
+    side.wait_stream(torch.cuda.current_stream(C.device))
+    with torch.cuda.stream(side):
+        launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
+    return cb
+
+
+def join_beside(device: torch.device) -> None:
+    """Make the current stream wait for what `chunk_cb_beside` launched."""
+    if not is_recording():
+        torch.cuda.current_stream(device).wait_stream(_side_stream(device))
+
+
+@functools.cache
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device)

@@ -20,9 +20,15 @@ import math
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cb import chunk_cb
+from kernels.cutile.chunk_cb import cb_dtype, chunk_cb
 from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
-from kernels.cutile.config import CHUNK_KERNEL_MAX_Q, DEFAULT_CONFIG, SSDConfig, with_occupancy
+from kernels.cutile.config import (
+    DEFAULT_CONFIG,
+    SSDConfig,
+    reads_chunk_cb,
+    uses_chunk_kernel,
+    with_occupancy,
+)
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.fwd_pass_state import StatePass
 from kernels.cutile.indices import group_of
@@ -323,11 +329,6 @@ def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
     return tm, min(config.out_block_k, tm)
 
 
-def cb_dtype(config: SSDConfig, input_dtype: torch.dtype) -> torch.dtype:
-    """dtype chunk_cb stores C·Bᵀ in under `config.out_cb`."""
-    return torch.float32 if config.out_cb == 1 else input_dtype
-
-
 def compute_out_launch(
     x: torch.Tensor,
     B: torch.Tensor,
@@ -374,12 +375,14 @@ def compute_out_launch(
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
-    cb_pre = bool(config.out_cb)
-    cb = (
-        chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config, x.dtype), bool(config.dependent_launch))
-        if cb_pre
-        else torch.empty(1, 1, 1, 1, 1, device=x.device)
-    )
+    cb_pre = reads_chunk_cb(config, chunk_size)
+    if sp.cb is not None:  # computed during the walk (config.state_cb)
+        cb = sp.cb
+    elif cb_pre:
+        dtype = cb_dtype(config.out_cb, x.dtype)
+        cb = chunk_cb(C, B, chunk_size, tm, tk, dtype, bool(config.dependent_launch))
+    else:
+        cb = torch.empty(1, 1, 1, 1, 1, device=x.device)
     args = (
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
@@ -397,8 +400,3 @@ def chained(config: SSDConfig, chunk_size: int) -> bool:
     chunk kernel is launched plainly wherever it runs (where a dstate-256 problem chains beyond
     SHORT_POSITIONS, only the kernels before it are chained; changes 41 and 42)."""
     return bool(config.dependent_launch) and not uses_chunk_kernel(config, chunk_size)
-
-
-def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
-    """Whether compute_out runs compute_out_chunk.py's kernel (whole chunks) for this chunk."""
-    return bool(config.out_chunk_heads) and chunk_size <= CHUNK_KERNEL_MAX_Q

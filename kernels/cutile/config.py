@@ -64,6 +64,10 @@ class SSDConfig:
     # each chunk's carried output C·hᵀ (b, l, h, p) instead of its state, and compute_out reads
     # those rows in place of its C·hᵀ product (1); otherwise, or with segments, the states (0).
     state_carry: int = 0
+    # Where compute_out reads chunk_cb's C·Bᵀ and a one-segment walk leaves SMs idle in its one
+    # wave, those SMs compute it during the walk instead of chunk_cb after it: CTAs added to the
+    # walk's grid (1), or a kernel on a second stream launched before the walk (2); 0: chunk_cb.
+    state_cb: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -100,8 +104,9 @@ class SSDConfig:
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
-        if self.out_cb not in (0, 1, 2):
-            raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
+        for name in ("out_cb", "state_cb"):
+            if getattr(self, name) not in (0, 1, 2):
+                raise ValueError(f"SSDConfig.{name} must be 0, 1 or 2, got {getattr(self, name)}")
         if self.state_heads not in (1, 2):
             raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 
@@ -122,6 +127,17 @@ DEFAULT_CONFIG = SSDConfig()
 # compute_out_chunk_kernel holds a whole chunk's (Q, Q) C·Bᵀ tile in registers; longer chunks run
 # the row-block kernel whatever out_chunk_heads says.
 CHUNK_KERNEL_MAX_Q = 128
+
+
+def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
+    """Whether compute_out runs compute_out_chunk.py's kernel (whole chunks) for this chunk."""
+    return bool(config.out_chunk_heads) and chunk_size <= CHUNK_KERNEL_MAX_Q
+
+
+def reads_chunk_cb(config: SSDConfig, chunk_size: int) -> bool:
+    """Whether compute_out reads C·Bᵀ computed before it (chunk_cb's, or the walk's `state_cb`
+    CTAs') rather than computing it itself."""
+    return bool(config.out_cb) and not uses_chunk_kernel(config, chunk_size)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ def recorded(sms: int) -> Iterator[Recording]:
         _recording = None
 
 
+def is_recording() -> bool:
+    """Whether launches are being recorded (inside `recorded()`) rather than run."""
+    return _recording is not None
+
+
 def sm_count(device: torch.device) -> int:
     """SMs of the device the launches go to (of the recorded one inside `recorded()`)."""
     if _recording is not None:

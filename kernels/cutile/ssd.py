@@ -10,6 +10,7 @@ between kernels in the input dtype, final states fp32 (`kernels.cutile.MATMUL_PO
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -80,14 +81,21 @@ def launch_forward(
     `final_states` is off and no launch computed them). Also run on meta tensors inside
     `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
+    from kernels.cutile.chunk_cb import cb_dtype, chunk_cb_beside, join_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
-    from kernels.cutile.fwd_pass_state import fwd_pass_state
+    from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
+    cb = None
+    if config.state_cb == 2:
+        walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
+        ctas = cb_ctas_beside(config, walk)
+        if ctas:
+            cb = chunk_cb_beside(C, B, chunk_size, ctas, cb_dtype(config.out_cb, x.dtype))
     dt_out, dA_cumsum, weight = chunk_cumsum(
         dt,
         A,
@@ -102,6 +110,9 @@ def launch_forward(
     state_pass = fwd_pass_state(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
+    if cb is not None:
+        join_beside(x.device)
+        state_pass = replace(state_pass, cb=cb)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
     return out, state_pass.final
 
