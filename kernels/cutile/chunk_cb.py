@@ -112,8 +112,8 @@ def chunk_cb_strided_kernel(
     NS: ConstInt,
     N: ConstInt,
 ):
-    """A few CTAs, each taking every ctas-th chunk: chunk_cb's product beside a one-wave walk,
-    on the SMs it leaves free (SSDConfig.state_cb 2)."""
+    """A few CTAs, each taking every num_blocks(0)-th chunk: chunk_cb's product beside a
+    one-wave walk, on the SMs it leaves free (SSDConfig.state_cb)."""
     c_times_b_chunks(C, B, cb, ct.bid(1), ct.bid(0), ct.num_blocks(0), nchunks, Q, TM, NS, N)
 
 

@@ -313,11 +313,13 @@ def compute_out(
     D: torch.Tensor | None,
     z: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
+    cb: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch compute_out; returns out (b, l, h, p) in x's dtype."""
+    """Launch compute_out; returns out (b, l, h, p) in x's dtype. `cb`: C·Bᵀ computed already
+    (chunk_cb's strided kernel beside the walk), else chunk_cb is launched where it is read."""
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     grid, kernel, args = compute_out_launch(
-        x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config
+        x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config, cb
     )
     launch(grid, kernel, args, dependent=chained(config, dA_cumsum.shape[3]))
     return out
@@ -340,9 +342,10 @@ def compute_out_launch(
     z: torch.Tensor | None,
     out: torch.Tensor,
     config: SSDConfig,
+    cb: torch.Tensor | None = None,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of compute_out's launch. With `config.out_cb` this also launches
-    chunk_cb, whose output the arguments hold."""
+    """(grid, kernel, arguments) of compute_out's launch. With `config.out_cb` and no `cb` given
+    this also launches chunk_cb, whose output the arguments hold."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
@@ -376,12 +379,10 @@ def compute_out_launch(
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = reads_chunk_cb(config, chunk_size)
-    if sp.cb is not None:  # computed during the walk (config.state_cb)
-        cb = sp.cb
-    elif cb_pre:
+    if cb is None and cb_pre:  # not computed beside the walk (config.state_cb)
         dtype = cb_dtype(config.out_cb, x.dtype)
         cb = chunk_cb(C, B, chunk_size, tm, tk, dtype, bool(config.dependent_launch))
-    else:
+    elif cb is None:
         cb = torch.empty(1, 1, 1, 1, 1, device=x.device)
     args = (
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,

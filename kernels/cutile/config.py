@@ -65,8 +65,8 @@ class SSDConfig:
     # those rows in place of its C·hᵀ product (1); otherwise, or with segments, the states (0).
     state_carry: int = 0
     # Where compute_out reads chunk_cb's C·Bᵀ and a one-segment walk leaves SMs idle in its one
-    # wave, those SMs compute it during the walk instead of chunk_cb after it: CTAs added to the
-    # walk's grid (1), or a kernel on a second stream launched before the walk (2); 0: chunk_cb.
+    # wave, those SMs compute it during the walk, a kernel on a second stream launched before the
+    # walk (1), instead of chunk_cb after it (0).
     state_cb: int = 0
 
     def __post_init__(self) -> None:
@@ -100,13 +100,12 @@ class SSDConfig:
             raise ValueError(f"SSDConfig.out_heads must be 1 or 2, got {self.out_heads}")
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
-            "out_fold_segments", "state_weights", "state_store_tma", "state_carry",
+            "out_fold_segments", "state_weights", "state_store_tma", "state_carry", "state_cb",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
-        for name in ("out_cb", "state_cb"):
-            if getattr(self, name) not in (0, 1, 2):
-                raise ValueError(f"SSDConfig.{name} must be 0, 1 or 2, got {getattr(self, name)}")
+        if self.out_cb not in (0, 1, 2):
+            raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
         if self.state_heads not in (1, 2):
             raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 
@@ -384,7 +383,10 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
             # two per SM's (64K/128/128: 0.700 against 0.768 ms); C·Bᵀ from chunk_cb with hinted
             # decays, −1.5 % at 32K/128/128 (change 35).
             if walkers <= WAVE_WALKERS // 2:
-                walk = replace(walk, state_occupancy=1)
+                # Beyond CHAIN_SEQLEN over chunks of 128 the SMs this wave leaves free compute
+                # C·Bᵀ beside the walk instead of chunk_cb after it (H200, run 213: −1.0 % at
+                # 8K/128/128, −1.2 % at 64K; over chunks of 256 +1.0 % at 64K; change 76).
+                walk = replace(walk, state_occupancy=1, state_cb=int(long_q128))
                 if q128:
                     # This build pipelines its loads deeper at 6 than at 2 (207 against 164 KB of
                     # shared memory): −3.6 to −4.6 % at 8K-64K/128/128, the walk 0.681 → 0.571 ms
@@ -472,11 +474,13 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         # Beyond CHAIN_SEQLEN that walk's loads at 6 build fewer instructions than at 8 (2,144
         # against 2,512; 24 B of spills against 8): the walk −3.7 to −4.5 %, the forward −1.7 to
         # −2.0 % at 8K-64K/128/256; at 1K-4K 6 against 4 +1.4 % to −0.2 %; 2 builds 255
-        # registers, the walk +60 to +63 % (runs 202-204, change 71).
+        # registers, the walk +60 to +63 % (runs 202-204, change 71). Beyond CHAIN_SEQLEN the four
+        # SMs the walkers leave free compute C·Bᵀ beside the walk instead of chunk_cb after it
+        # (run 213: −1.0 % at 16K/128/256, −0.8 % at 64K; +2.9 % at 2K; change 76).
         return replace(
             walk, state_carry=1, state_block_n=256, state_occupancy=1, out_cb=1, out_heads=2,
             out_occupancy=3, out_rank1=1, out_latency=4, out_hint_decays=1,
-            state_latency=6 if long else walk.state_latency,
+            state_latency=6 if long else walk.state_latency, state_cb=int(long),
         )  # fmt: skip
     whole_chunks = size is not None and size.chunk_size <= CHUNK_KERNEL_MAX_Q
     if whole_chunks and size.output_tiles >= CHUNK_MIN_TILES:

@@ -21,8 +21,8 @@ positions, (Q, P) against the state's (P, N), half the bytes at dstate 256. The 
 more mma per step with the state entering the chunk as its operand.
 
 A walk of one segment runs in one wave, often on fewer CTAs than the GPU has SMs (128 heads on
-an H200's 132). With `state_cb` the SMs left over compute compute_out's C·Bᵀ meanwhile, CTAs
-added to the walk's grid that take turns over the chunks, so chunk_cb does not run after it.
+an H200's 132). With `state_cb` the SMs it leaves free compute compute_out's C·Bᵀ meanwhile
+(chunk_cb.py's strided kernel, launched by ssd.py on a second stream; `cb_ctas_beside`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cb import c_times_b_chunks, cb_dtype
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, reads_chunk_cb, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.indices import group_of, split_index
@@ -171,8 +170,7 @@ def fwd_pass_state_kernel(
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
-    C,  # (b, l, g, n) (unused unless CARRY or CB_CTAS)
-    cb,  # (b, nchunks, g, Q, Q): C·Bᵀ for compute_out, from the CB_CTAS CTAs (unused without)
+    C,  # (b, l, g, n) (unused unless CARRY)
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -189,18 +187,10 @@ def fwd_pass_state_kernel(
     LAT: ConstInt,
     WEIGHTS: ConstBool,
     STORE_TMA: ConstBool,
-    CB_CTAS: ConstInt,
-    CB_TM: ConstInt,
-    CB_NS: ConstInt,
     DIRECT: ConstBool,
     CARRY: ConstBool,
 ):
     follow_previous(CHAINED)
-    if CB_CTAS > 0:  # CTAs past the walkers (one segment, so bid(2) is the batch entry)
-        cb_cta = ct.bid(1) - x.shape[2] // HS
-        if cb_cta >= 0:
-            c_times_b_chunks(C, B, cb, ct.bid(2), cb_cta, CB_CTAS, nchunks, Q, CB_TM, CB_NS, NB)
-            return
     nblock = ct.bid(0)
     head = ct.bid(1) * HS  # HS (1 or 2) heads of one group share each B tile
     batch, seg = split_index(ct.bid(2), segments, x.shape[0])
@@ -295,7 +285,6 @@ class StatePass:
     seg_start: torch.Tensor | None  # (b, S, h, p, n): true state at each segment's start
     seg_decay: torch.Tensor | None  # (b, h, nchunks) float32
     carry: bool = False  # `states` holds each chunk's C·hᵀ rows (config.state_carry)
-    cb: torch.Tensor | None = None  # compute_out's C·Bᵀ, from the walk's CTAs (config.state_cb)
 
 
 def fwd_pass_state(
@@ -318,10 +307,9 @@ def fwd_pass_state(
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    cb = args[11] if args[-5] else None
-    segments, seg_len = args[14:16]
+    segments, seg_len = args[13:15]
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1], cb)
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1])
     if args[-2]:  # DIRECT: seg_end holds the segments' start states
         return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
@@ -347,13 +335,8 @@ def fwd_pass_state_launch(
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     tq = min(config.state_block_q, chunk_size)
     walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
-    nb, nblocks, hs, segments, seg_len = (
-        walk.block_n,
-        walk.blocks,
-        walk.heads,
-        walk.segments,
-        walk.seg_len,
-    )
+    nb, nblocks, hs = walk.block_n, walk.blocks, walk.heads
+    segments, seg_len = walk.segments, walk.seg_len
     device, f32 = x.device, torch.float32
     direct = segments == 2 and not final_states
     carry = bool(config.state_carry) and segments == 1 and nblocks == 1 and hs == 1
@@ -371,16 +354,7 @@ def fwd_pass_state_launch(
         else ((1, 1, 1), (1, 1, 1))
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
-    cb_ctas = cb_ctas_beside(config, walk) if config.state_cb == 1 else 0
-    cb = (
-        torch.empty(
-            batch, nchunks, ngroups, chunk_size, chunk_size, device=device,
-            dtype=cb_dtype(config.out_cb, x.dtype),
-        )
-        if cb_ctas
-        else unused.view(1, 1, 1, 1, 1)
-    )  # fmt: skip
-    grid = (nblocks, nheads // hs + cb_ctas, batch * segments)
+    grid = (nblocks, nheads // hs, batch * segments)
     kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, dt_out, dA_cumsum,
@@ -389,28 +363,19 @@ def fwd_pass_state_launch(
         torch.empty(shape_total, device=device, dtype=f32),
         torch.empty(shape_decay, device=device, dtype=f32),
         weight if weight is not None else unused,
-        C if carry or cb_ctas else unused,
-        cb,
+        C if carry else unused,
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma), cb_ctas, min(CB_ROWS, chunk_size), min(CB_SLICE, nb),
-        direct, carry,
+        bool(config.state_store_tma), direct, carry,
     )  # fmt: skip
     return grid, kernel, args
-
-
-# The walk's C·Bᵀ CTAs (state_cb) multiply (CB_ROWS, Q) blocks over CB_SLICE-wide dstate slices:
-# at dstate 256 over chunks of 128, 32 KB operands and a 32-register accumulator, next to the
-# walk's own resources in the same kernel.
-CB_ROWS = 64
-CB_SLICE = 128
 
 
 @dataclass(frozen=True)
 class WalkLayout:
     """How the walk splits its work: state columns per walker and blocks of them per head, heads
-    per walker, segments, and the CTAs of its one wave left free for other work."""
+    per walker, segments, and the SMs its one wave leaves free for other work."""
 
     block_n: int
     blocks: int
@@ -420,7 +385,7 @@ class WalkLayout:
     batch: int
     ngroups: int
     chunk_size: int
-    free_places: int  # CTA places of one wave (state_occupancy per SM) the walkers leave free
+    free_sms: int  # SMs no walker runs on
 
 
 def walk_layout(
@@ -437,15 +402,16 @@ def walk_layout(
     segments, seg_len = _segments(
         config.state_segments, nchunks, walkers, config.state_occupancy, device
     )
-    free = sm_count(device) * config.state_occupancy - walkers if config.state_occupancy else 0
+    free = max(0, sm_count(device) - walkers)  # CTAs are spread over the SMs first
     return WalkLayout(nb, blocks, hs, segments, seg_len, batch, ngroups, chunk_size, free)
 
 
 def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
-    """CTAs per batch entry that compute compute_out's C·Bᵀ during the walk on the places its
-    one wave leaves free (config.state_cb: 1 in the walk's grid, 2 as a kernel beside it), or 0
-    where chunk_cb runs after the walk instead. At least two per group, so that each computes at
-    most one chunk's product every other walk step and is done when the walk is."""
+    """CTAs per batch entry of chunk_cb's strided kernel, which computes compute_out's C·Bᵀ
+    beside the walk on the SMs its one wave leaves free (config.state_cb; each such CTA takes a
+    whole SM), or 0 where chunk_cb runs after the walk instead. At least two per group, so that
+    each computes at most one chunk's product every other walk step and is done when the walk
+    is."""
     if not (
         config.state_cb
         and reads_chunk_cb(config, walk.chunk_size)
@@ -453,7 +419,7 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
         and walk.blocks == 1
     ):
         return 0
-    spare = max(0, walk.free_places) // walk.batch
+    spare = walk.free_sms // walk.batch
     return spare if spare >= 2 * walk.ngroups else 0
 
 

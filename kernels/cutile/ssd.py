@@ -10,7 +10,6 @@ between kernels in the input dtype, final states fp32 (`kernels.cutile.MATMUL_PO
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 
@@ -91,7 +90,7 @@ def launch_forward(
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
     cb = None
-    if config.state_cb == 2:
+    if config.state_cb:
         walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
         ctas = cb_ctas_beside(config, walk)
         if ctas:
@@ -112,8 +111,7 @@ def launch_forward(
     )
     if cb is not None:
         join_beside(x.device)
-        state_pass = replace(state_pass, cb=cb)
-    out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config)
+    out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config, cb)
     return out, state_pass.final
 
 

@@ -490,6 +490,18 @@ def test_whole_state_walkers_write_c_h_at_dstate_256_where_one_per_head_fills_th
         assert default_config(dstate, size).state_carry == 0
 
 
+@pytest.mark.parametrize(
+    ("dstate", "seqlen", "chunk_size", "beside"),
+    [(256, 8192, 128, 1), (256, 65536, 128, 1), (256, 4096, 128, 0), (256, 2048, 128, 0),
+     (128, 8192, 128, 1), (128, 65536, 128, 1), (128, 4096, 128, 0), (128, 65536, 256, 0),
+     (64, 65536, 128, 0)],
+)  # fmt: skip
+def test_long_walks_of_128_heads_compute_c_b_beside(dstate, seqlen, chunk_size, beside) -> None:
+    """Change 76: beyond CHAIN_SEQLEN over chunks of 128, the one-per-SM walks of 128 heads whose
+    compute_out reads chunk_cb (dstate 128 and 256) compute C·Bᵀ beside the walk."""
+    assert default_config(dstate, ProblemSize(1, seqlen, 128, chunk_size)).state_cb == beside
+
+
 @pytest.mark.parametrize("dstate", [64, 128, 256])
 def test_hinted_decays_are_tuned_only_with_chunk_cb(dstate: int) -> None:
     candidates = autotune.out_candidates(dstate, 256)

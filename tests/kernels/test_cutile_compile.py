@@ -152,7 +152,8 @@ def test_every_launch_of_the_forward_compiles(case: str, arch: str) -> None:
 
 def test_the_cases_cover_every_kernel() -> None:
     """Across the cases, each kernel of the forward is launched (and so compiled) at least once,
-    segment_scan and chunk_cb included."""
+    segment_scan and both forms of chunk_cb included (the strided one beside the long walks of
+    128 heads over chunks of 128)."""
     names = {
         name
         for problem, overrides in CASES.values()
@@ -162,5 +163,5 @@ def test_the_cases_cover_every_kernel() -> None:
     }
     assert names == {
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "segment_scan_kernel", "chunk_cb_kernel",
-        "compute_out_kernel", "compute_out_chunk_kernel",
+        "chunk_cb_strided_kernel", "compute_out_kernel", "compute_out_chunk_kernel",
     }  # fmt: skip

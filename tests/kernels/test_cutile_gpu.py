@@ -279,21 +279,20 @@ CARRY_CASES = {
 }  # fmt: skip
 
 
-# compute_out's C·Bᵀ computed during the walk on the SMs its wave leaves free (state_cb): by CTAs
-# in the walk's grid (1) and by a kernel on a second stream (2), over the carry walk at dstate 256
-# (ragged, groups, initial states) and 128-column walkers at dstate 128 over chunks of 256 (fp16,
-# z, D per head-dim), where every chunk of every group is one of many CTAs' turns.
+# compute_out's C·Bᵀ computed beside the walk on the SMs its wave leaves free (state_cb, a kernel
+# on a second stream): over the carry walk at dstate 256 (ragged, groups, initial states), and
+# over 128-column walkers at dstate 128 over chunks of 256 (fp16, z, D per head-dim), where every
+# chunk of every group is one of many CTAs' turns.
 CB_CASES = {
-    f"cb-{where}-{name}": (fields, replace(config, state_cb=value))
-    for where, value in (("in-walk", 1), ("beside-walk", 2))
-    for name, (fields, config) in {
-        "carry-pairs-initial-ragged": CARRY_CASES["carry-cb-pairs-initial-ragged"],
-        "N128-Q256-fp16-z-D-per-headdim": (
-            dict(seqlen=1800, nheads=16, ngroups=4, dstate=128, dtype="float16", has_z=True,
-                 D_has_hdim=True),
-            SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=1),
-        ),
-    }.items()
+    "cb-beside-walk-carry-pairs-initial-ragged": (
+        CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
+        replace(CARRY_CASES["carry-cb-pairs-initial-ragged"][1], state_cb=1),
+    ),
+    "cb-beside-walk-N128-Q256-fp16-z-D-per-headdim": (
+        dict(seqlen=1800, nheads=16, ngroups=4, dstate=128, dtype="float16", has_z=True,
+             D_has_hdim=True),
+        SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=1, state_cb=1),
+    ),
 }  # fmt: skip
 
 
@@ -409,17 +408,15 @@ def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
     _check("tuned", problem, inputs, config)
 
 
-@pytest.mark.parametrize("state_cb", [1, 2])
-def test_c_b_during_the_walk_replays_in_a_cuda_graph(state_cb: int) -> None:
-    """The forward with C·Bᵀ computed during the walk, the second stream's fork and join
+def test_c_b_beside_the_walk_replays_in_a_cuda_graph() -> None:
+    """The forward with C·Bᵀ computed beside the walk, the second stream's fork and join
     included, captures into a CUDA graph whose replay gives the eager forward's output."""
     from kernels.cutile.ssd import ssd_forward
 
     problem = replace(
         BASE, seqlen=2048, nheads=16, dstate=128, chunk_size=128, return_final_states=False
     )
-    config = SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=1,
-                       state_cb=state_cb)  # fmt: skip
+    config = SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=1, state_cb=1)
     kwargs = make_inputs(problem, seed=_seed("cb-graph"), device="cuda").kwargs()
     eager = ssd_forward(**kwargs, config=config)
     graph = torch.cuda.CUDAGraph()

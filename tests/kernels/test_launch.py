@@ -1,11 +1,12 @@
 """kernels/cutile/launch.py: which kernels of the forward launch as programmatic dependents, and
 the recording of launches, on the CPU (meta tensors; nothing runs); and which forwards leave
-segment_scan out (fwd_pass_state's DIRECT stores), and what the walk hands compute_out when it
-writes C·hᵀ (state_carry)."""
+segment_scan out (fwd_pass_state's DIRECT stores), what the walk hands compute_out when it
+writes C·hᵀ (state_carry), and C·Bᵀ computed beside the walk (state_cb)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("cuda.tile")
 from harness.inputs import meta_inputs  # noqa: E402
@@ -115,3 +116,29 @@ def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
 def test_c_h_rows_only_from_one_segment_of_whole_state_walkers(config: SSDConfig) -> None:
     walk = _recorded(config)[1][2]
     assert walk[-1] is False and walk[5].dim() == 5  # the states, (b, nchunks, h, p, n)
+
+
+def test_c_b_beside_the_walk_launches_first_and_compute_out_reads_it() -> None:
+    """64 heads, one walker each, leave 68 of 132 SMs free: chunk_cb's strided kernel is launched
+    before chunk_cumsum (on a second stream, on a GPU) with 68 CTAs, chunk_cb is not launched
+    after the walk, and compute_out reads the strided kernel's output."""
+    config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
+    launches = _recorded(config)
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
+    assert names == [
+        "chunk_cb_strided_kernel", "chunk_cumsum_kernel", "fwd_pass_state_kernel",
+        "compute_out_kernel",
+    ]  # fmt: skip
+    grid, _, args, dependent = launches[0]
+    assert grid == (68, 1, 1) and not dependent
+    assert launches[-1][2][3] is args[2]  # compute_out's cb argument
+    assert args[2].shape == (1, 8, 1, 128, 128) and args[2].dtype == torch.float32
+
+
+def test_without_free_sms_chunk_cb_runs_after_the_walk() -> None:
+    config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in _recorded(config, sms=64)]
+    assert "chunk_cb_strided_kernel" not in names and names[2:] == [
+        "chunk_cb_kernel",
+        "compute_out_kernel",
+    ]
