@@ -308,6 +308,7 @@ def search_timed(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
     specialisation compiled once (here or for an earlier shape of the same process) is not
     rebuilt. A config that fails to compile or launch is counted and skipped."""
     pool = torch.cuda.graph_pool_handle()  # graphs replayed one at a time share their memory
+    cold_us = _cold_timer()
 
     def captured(config: SSDConfig) -> torch.cuda.CUDAGraph:
         forward(config)  # compiles on first use, outside the capture
@@ -322,7 +323,7 @@ def search_timed(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
     for config in configs:
         try:
             graph = captured(config)
-            times[config] = interleaved_us({config: graph.replay}, FIRST_REPS, _cold_us)[config]
+            times[config] = interleaved_us({config: graph.replay}, FIRST_REPS, cold_us)[config]
             graph.reset()
         except Exception:  # noqa: BLE001 - a knob combination that cannot build or launch
             failed += 1
@@ -334,7 +335,7 @@ def search_timed(configs: list[SSDConfig], forward) -> tuple[SSDConfig, dict]:
     if start is not None and start not in finalists:
         finalists.insert(0, start)
     graphs = {c: captured(c) for c in finalists}
-    times.update(interleaved_us({c: g.replay for c, g in graphs.items()}, FINAL_REPS, _cold_us))
+    times.update(interleaved_us({c: g.replay for c, g in graphs.items()}, FINAL_REPS, cold_us))
     for graph in graphs.values():
         graph.reset()
     best = pick(start, {c: times[c] for c in finalists})
@@ -368,18 +369,23 @@ def interleaved_us(runs: dict, reps: int, time_us) -> dict:
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
-def _cold_us(fn) -> float:
-    """Device time of one fn() in µs, L2 flushed before it so it starts cold, as the harness
-    times."""
+def _cold_timer():
+    """A `time_us` for interleaved_us: the device time of one fn() in µs, L2 flushed before it so
+    it starts cold, as the harness times. Its flush buffer (twice the L2) and events are made once
+    per search, not per timing."""
     l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush.zero_()
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000
+
+    def cold_us(fn) -> float:
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000
+
+    return cold_us
 
 
 def configure(kwargs: dict, policy: str, path: Path | None = None) -> tuple[SSDConfig, dict]:

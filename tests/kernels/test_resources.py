@@ -17,7 +17,7 @@ import pytest
 from kernels.cutile.resources import disassemble, listing_digest, nvdisasm, read_cubin
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-fdcebd9.jsonl"
+SYMBOLS = RUNS / "symbols-e4c7cb2.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:

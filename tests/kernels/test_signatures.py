@@ -18,7 +18,7 @@ from kernels.cutile.signatures import forward_launches  # noqa: E402
 from scripts.variants import parse_shape  # noqa: E402
 
 SYMBOLS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = SYMBOLS / "symbols-fdcebd9.jsonl"
+SYMBOLS = SYMBOLS / "symbols-e4c7cb2.jsonl"
 SHAPES = {
     "b1_L65536_H128_P64_N128": "65536:128:128",
     "b1_L65536_H32_P64_N64": "65536:32:64",
