@@ -6,6 +6,9 @@ Here it is computed once per (chunk, group), stored in fp32 (as Triton keeps it)
 `out_cb=2`, in the input dtype, only the tiles on or below the diagonal that
 compute_out reads with the same (TM, TK) tiling, so nothing unwritten is ever read. The heads of a
 group read it back from L2 (compute_out orders its grid heads fastest).
+
+Where a one-wave walk leaves SMs idle, `chunk_cb_beside` computes the same product there during
+the walk instead: a few CTAs taking turns over the chunks, on a second stream (SSDConfig.state_cb).
 """
 
 from __future__ import annotations
@@ -69,12 +72,27 @@ def chunk_cb_kernel(
         )
 
 
-def c_times_b_chunks(
-    C, B, cb, batch, first, stride: int, nchunks, Q: int, TM: int, NS: int, N: int
-):  # fmt: skip
-    """C·Bᵀ of the chunks numbered first, first + stride, … (each chunk of each group), in
-    (TM, Q) row blocks over NS-wide dstate slices as chunk_cb sums them, stored whole for
-    compute_out to read."""
+# The strided kernel's blocks: (STRIDED_ROWS, Q) rows of a chunk's C·Bᵀ over STRIDED_SLICE-wide
+# dstate slices (at dstate 256 over chunks of 128, 32 KB operands and a 32-register accumulator).
+STRIDED_ROWS = 64
+STRIDED_SLICE = 128
+
+
+@ct.kernel
+def chunk_cb_strided_kernel(
+    C,  # (b, l, g, n)
+    B,  # (b, l, g, n)
+    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype, every tile written
+    nchunks: int,
+    Q: ConstInt,
+    TM: ConstInt,
+    NS: ConstInt,
+    N: ConstInt,
+):
+    """A few CTAs beside a one-wave walk, on the SMs it leaves free (SSDConfig.state_cb): CTA
+    `first` takes (chunk, group) items first, first + num_blocks(0), …, each whole, in (TM, Q)
+    row blocks summed over NS-wide dstate slices as chunk_cb_kernel sums them."""
+    first, stride, batch = ct.bid(0), ct.num_blocks(0), ct.bid(1)
     groups = B.shape[2]
     mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
     zero = ct.PaddingMode.ZERO
@@ -99,22 +117,6 @@ def c_times_b_chunks(
                 )  # fmt: skip
             tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
             ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
-
-
-@ct.kernel
-def chunk_cb_strided_kernel(
-    C,  # (b, l, g, n)
-    B,  # (b, l, g, n)
-    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype, every tile written
-    nchunks: int,
-    Q: ConstInt,
-    TM: ConstInt,
-    NS: ConstInt,
-    N: ConstInt,
-):
-    """A few CTAs, each taking every num_blocks(0)-th chunk: chunk_cb's product beside a
-    one-wave walk, on the SMs it leaves free (SSDConfig.state_cb)."""
-    c_times_b_chunks(C, B, cb, ct.bid(1), ct.bid(0), ct.num_blocks(0), nchunks, Q, TM, NS, N)
 
 
 def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
@@ -160,7 +162,8 @@ def chunk_cb_beside(
     nchunks = -(-seqlen // chunk_size)
     n_tile = pow2_tile(dstate)
     cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
-    args = (C, B, cb, nchunks, chunk_size, min(64, chunk_size), min(128, n_tile), n_tile)
+    tm, ns = min(STRIDED_ROWS, chunk_size), min(STRIDED_SLICE, n_tile)
+    args = (C, B, cb, nchunks, chunk_size, tm, ns, n_tile)
     if is_recording():
         launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
         return cb

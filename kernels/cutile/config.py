@@ -134,8 +134,8 @@ def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
 
 
 def reads_chunk_cb(config: SSDConfig, chunk_size: int) -> bool:
-    """Whether compute_out reads C·Bᵀ computed before it (chunk_cb's, or the walk's `state_cb`
-    CTAs') rather than computing it itself."""
+    """Whether compute_out reads C·Bᵀ computed before it (by chunk_cb, after the walk or, with
+    `state_cb`, beside it) rather than computing it itself."""
     return bool(config.out_cb) and not uses_chunk_kernel(config, chunk_size)
 
 
