@@ -370,10 +370,9 @@ def compute_out_launch(
         kernel = with_occupancy(compute_out_chunk_kernel_8_warps, config.out_occupancy)
         args = (
             x, B, C, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out,
-            cb if cb is not None else torch.empty(1, 1, 1, 1, 1, device=x.device),
             heads_per_group, sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, hl, d_mode,
             z is not None, segmented, config.out_latency, bool(config.out_hint_decays), fold,
-            sp.carry, cb is not None,
+            sp.carry,
         )  # fmt: skip
         return grid, kernel, args
     hb = config.out_heads if heads_per_group % config.out_heads == 0 else 1

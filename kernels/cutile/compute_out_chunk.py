@@ -44,7 +44,6 @@ def compute_out_chunk_kernel(
     D,  # (h,) or (h, p) float32 (unused when D_MODE is D_NONE)
     z,  # (b, l, h, p) (unused unless HAS_Z)
     out,  # (b, l, h, p)
-    cb_chunks,  # (b, nchunks, g, Q, Q) float32: C·Bᵀ from the strided kernel (if CB_PRE)
     heads_per_group: int,
     seg_len: int,
     Q: ConstInt,
@@ -59,7 +58,6 @@ def compute_out_chunk_kernel(
     HINT: ConstBool,
     FOLD: ConstBool,
     CARRY: ConstBool,
-    CB_PRE: ConstBool,
 ):
     head0 = ct.bid(0) * HL
     chunk = ct.bid(1)
@@ -69,11 +67,7 @@ def compute_out_chunk_kernel(
     mma_dtype = ct.tfloat32 if x.dtype == ct.float32 else x.dtype
 
     c_first = c_slice(C, batch, chunk, group, 0, Q, NS, mma_dtype)
-    if CB_PRE:
-        cb = ct.load(cb_chunks, index=(batch, chunk, group, 0, 0), shape=(1, 1, 1, Q, Q))
-        cb = cb.reshape((Q, Q)).astype(ct.float32)
-    else:
-        cb = c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
+    cb = c_times_b(C, B, c_first, batch, chunk, group, chunk, Q, Q, NS, slices, mma_dtype)
     rows = ct.arange(Q, dtype=ct.int32)
     causal = rows[:, None] >= rows[None, :]
     for i in range(HL):

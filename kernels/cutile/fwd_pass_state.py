@@ -414,8 +414,9 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     is."""
     if not (
         config.state_cb
-        and (reads_chunk_cb(config, walk.chunk_size) or config.out_chunk_heads)
+        and reads_chunk_cb(config, walk.chunk_size)
         and walk.segments == 1
+        and walk.blocks == 1
     ):
         return 0
     spare = walk.free_sms // walk.batch
