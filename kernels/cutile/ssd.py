@@ -1,5 +1,7 @@
 """Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum,
-fwd_pass_state, segment_scan when the state walk is split, compute_out).
+fwd_pass_state, segment_scan when the state walk is split, chunk_cb where compute_out reads C·Bᵀ,
+compute_out). With `SSDConfig.state_cb` chunk_cb's strided kernel runs beside the walk on a second
+stream, forked before chunk_cumsum and joined before compute_out (a CUDA graph captures both).
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
