@@ -73,7 +73,7 @@ def chunk_cb_kernel(
 
 
 # The strided kernel's blocks: (STRIDED_ROWS, Q) rows of a chunk's C·Bᵀ over STRIDED_SLICE-wide
-# dstate slices (at dstate 256 over chunks of 128, 32 KB operands and a 32-register accumulator).
+# dstate slices (over chunks of 128: C's 16 KB and B's 32 KB tiles, a 32-register accumulator).
 STRIDED_ROWS = 64
 STRIDED_SLICE = 128
 

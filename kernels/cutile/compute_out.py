@@ -379,11 +379,13 @@ def compute_out_launch(
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = reads_chunk_cb(config, chunk_size)
-    if cb is None and cb_pre:  # not computed beside the walk (config.state_cb)
-        dtype = cb_dtype(config.out_cb, x.dtype)
-        cb = chunk_cb(C, B, chunk_size, tm, tk, dtype, bool(config.dependent_launch))
-    elif cb is None:
-        cb = torch.empty(1, 1, 1, 1, 1, device=x.device)
+    if cb is None:  # not computed beside the walk (config.state_cb)
+        cb = (
+            chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config.out_cb, x.dtype),
+                     bool(config.dependent_launch))
+            if cb_pre
+            else torch.empty(1, 1, 1, 1, 1, device=x.device)
+        )  # fmt: skip
     args = (
         x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,

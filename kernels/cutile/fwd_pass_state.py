@@ -409,7 +409,8 @@ def walk_layout(
 def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     """CTAs per batch entry of chunk_cb's strided kernel, which computes compute_out's C·Bᵀ
     beside the walk on the SMs its one wave leaves free (config.state_cb; each such CTA takes a
-    whole SM), or 0 where chunk_cb runs after the walk instead. At least two per group: where a
+    whole SM), or 0 where chunk_cb runs after the walk instead. Only beside one segment of
+    whole-state walkers, whose steps are long enough; and at least two per group: where a
     walk step takes about as long as one chunk's product (the 128-head walks of whole states at
     dstate 128 and 256, 1-2 µs), each then computes one every other step or less and is done with
     the walk; beside the 32-head walk's 0.7 µs steps four took 1.5x the walk (run 217)."""
