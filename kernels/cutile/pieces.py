@@ -18,7 +18,7 @@ import functools
 
 import torch
 
-from kernels.cutile.config import SSDConfig, reads_chunk_cb
+from kernels.cutile.config import SSDConfig
 from kernels.cutile.launch import is_recording
 
 
@@ -36,8 +36,7 @@ def forward_in_pieces(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """The walk and compute_out over `config.pieces` runs of chunks, after chunk_cumsum (whose
     outputs are given): (out, final states or None)."""
-    from kernels.cutile.chunk_cb import cb_dtype, chunk_cb
-    from kernels.cutile.compute_out import compute_out_launch, compute_out_tiles
+    from kernels.cutile.compute_out import compute_out_launch
     from kernels.cutile.fwd_pass_state import fwd_pass_state
     from kernels.cutile.launch import launch
 
@@ -45,12 +44,6 @@ def forward_in_pieces(
     seqlen = x.shape[1]
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     bounds = piece_bounds(config.pieces, nchunks)
-    cb = None
-    if reads_chunk_cb(config, chunk_size):
-        # Once, before the walk: chunk_cb's CTAs take whole SMs, which beside the walk only the
-        # few it leaves free would have.
-        tm, tk = compute_out_tiles(config, chunk_size)
-        cb = chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config.out_cb, x.dtype))
     current = None if is_recording() else torch.cuda.current_stream(x.device)
     walk_stream = None if current is None else _walk_stream(x.device)
     if walk_stream is not None:
@@ -72,7 +65,7 @@ def forward_in_pieces(
         state = state_pass.final
         grid, kernel, args = compute_out_launch(
             x_k, B_k, C_k, state_pass, dt_k, dA_k, D, None if z is None else z[:, rows],
-            out[:, rows], config, None if cb is None else cb[:, chunks],
+            out[:, rows], config,
         )  # fmt: skip
         launch(grid, kernel, args, dependent=False)
     return out, state if final_states else None
