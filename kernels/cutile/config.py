@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-# Each piece is two launches more (kernels/cutile/pieces.py).
-MAX_PIECES = 64
-
 
 @dataclass(frozen=True)
 class SSDConfig:
@@ -71,10 +68,6 @@ class SSDConfig:
     # wave, those SMs compute it during the walk, a kernel on a second stream launched before the
     # walk (1), instead of chunk_cb after it (0).
     state_cb: int = 0
-    # The walk and compute_out over this many runs of the chunks (0 or 1: one of each), compute_out
-    # of each run beside the walk of the next, which runs on a stream of higher priority
-    # (kernels/cutile/pieces.py).
-    pieces: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -100,8 +93,6 @@ class SSDConfig:
                 raise ValueError(
                     f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
                 )
-        if self.pieces > MAX_PIECES:
-            raise ValueError(f"SSDConfig.pieces must be 0 to {MAX_PIECES}, got {self.pieces}")
         for name in ("state_latency", "out_latency"):
             if not 1 <= getattr(self, name) <= 10:
                 raise ValueError(f"SSDConfig.{name} must be 1 to 10, got {getattr(self, name)}")

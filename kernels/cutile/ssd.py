@@ -86,14 +86,13 @@ def launch_forward(
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
-    from kernels.cutile.pieces import forward_in_pieces
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
     cb = None
-    if config.state_cb and config.pieces < 2:
+    if config.state_cb:
         walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
         ctas = cb_ctas_beside(config, walk)
         if ctas:
@@ -109,10 +108,6 @@ def launch_forward(
         bool(config.dependent_launch),
         bool(config.state_weights),
     )
-    if config.pieces > 1:
-        return forward_in_pieces(
-            x, B, C, dt_out, dA_cumsum, weight, D, z, initial_states, config, final_states
-        )
     state_pass = fwd_pass_state(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
