@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import analysis, markdown, records, stats
+from harness import analysis, markdown, providers, records, stats
 from harness.config import planned_points
 from harness.gate import GateInputError, Run, load
 from harness.peaks import row_rate
@@ -91,10 +91,19 @@ def launch_configs(table: pd.DataFrame, provider: str, mode: str) -> pd.Series:
     return pd.Series(configs, dtype=object)
 
 
-def same_launch(before: dict, after: dict) -> bool:
-    """Whether two recorded launch configs agree on every field both record: a field only one
-    run records is a knob added between them, which the older run's kernels could not vary."""
-    return all(before[key] == after[key] for key in before.keys() & after.keys())
+def same_launch(before: dict, after: dict, defaults: dict | None = None) -> bool:
+    """Whether two recorded launch configs agree on every field either records. A field only one
+    records is a knob added between the runs, which the older run is taken to have launched at its
+    default: it counts as changed only where the newer run set it otherwise (change 76's
+    state_cb=1), and a field with no known default is left out."""
+    defaults = defaults or {}
+    for key in before.keys() | after.keys():
+        if key in before and key in after:
+            if before[key] != after[key]:
+                return False
+        elif key in defaults and before.get(key, after.get(key)) != defaults[key]:
+            return False
+    return True
 
 
 def time_change_by_config(
@@ -107,8 +116,21 @@ def time_change_by_config(
     both = ratio.index.intersection(before.index).intersection(after.index)
     if both.empty:
         return {}
-    same = pd.Series([same_launch(before[p], after[p]) for p in both], index=both, dtype=bool)
+    defaults = _launch_defaults(provider)
+    same = pd.Series(
+        [same_launch(before[p], after[p], defaults) for p in both], index=both, dtype=bool
+    )
     return {"config changed": ratio[both][~same], "config unchanged": ratio[both][same]}
+
+
+def _launch_defaults(provider: str) -> dict:
+    """The registered provider's launch-config defaults; none for a name not registered (a run
+    recorded by a provider since renamed)."""
+    try:
+        found = providers.get(provider).launch_defaults
+    except providers.ProviderError:
+        return {}
+    return found() if found else {}
 
 
 def gpu_uuids(meta: dict) -> set[str]:

@@ -67,6 +67,9 @@ class Provider:
         one at a time (cuTile: compile the kernels it will launch, in parallel processes); None:
         nothing to prepare. It changes no result, only how long the sweep takes.
     matmul_policy: the precision its matrix products run at, recorded in the tuning column.
+    launch_defaults: the default of every field of the launch config its tuner records, so that
+        comparing runs can read a field added after an older run as what that run launched
+        (None: it records no config).
     """
 
     name: str
@@ -80,6 +83,7 @@ class Provider:
     self_tuning: SelfTuning | None = None
     prepare: Prepare | None = None
     matmul_policy: str = ""
+    launch_defaults: Callable[[], dict] | None = None
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
         """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
@@ -129,6 +133,14 @@ def _cutile_tuner(kwargs: dict, policy: str) -> tuple[dict, dict]:
 
     config, record = configure(kwargs, policy)
     return {"config": config}, record
+
+
+def _cutile_launch_defaults() -> dict:
+    from dataclasses import asdict
+
+    from kernels.cutile.config import SSDConfig  # dataclasses only: no torch, no cuda-tile
+
+    return asdict(SSDConfig())
 
 
 def _cutile_prepare(problems: list[Problem], policy: str) -> dict:
@@ -183,5 +195,6 @@ register(
         tuner=_cutile_tuner,
         prepare=_cutile_prepare,
         matmul_policy=cutile.MATMUL_POLICY,
+        launch_defaults=_cutile_launch_defaults,
     )
 )

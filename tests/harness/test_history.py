@@ -107,6 +107,21 @@ def test_a_knob_only_the_later_run_records_is_no_config_change() -> None:
     assert not history.same_launch({"state_latency": 2}, {"state_latency": 6, "state_store_tma": 1})
 
 
+def test_a_knob_added_away_from_its_default_is_a_config_change() -> None:
+    """v44's change-76 points set state_cb=1, a knob v43 does not record; reading them as
+    unchanged put change 76's effect among the nodes' drift."""
+    previous = _configured(synthetic_table(), "cutile", {"state_latency": 2})
+    point = previous["point"].iloc[0]
+    last = _configured(previous, "cutile", {"state_latency": 2, "state_cb": 0})
+    last = _configured(last, "cutile", {"state_latency": 2, "state_cb": 1}, point)
+    split = history.time_change_by_config(previous, last, "cutile", GRAPH)
+    assert list(split["config changed"].index) == [point]
+    assert len(split["config unchanged"]) == previous["point"].nunique() - 1
+    assert not history.same_launch({}, {"state_cb": 1}, {"state_cb": 0})
+    assert history.same_launch({}, {"state_cb": 0}, {"state_cb": 0})
+    assert history.same_launch({}, {"unknown_knob": 3}, {"state_cb": 0})
+
+
 def test_gpu_uuids_come_from_the_workers_else_the_environment() -> None:
     def env(uuid: str) -> dict:
         return {"gpu": {"name": "NVIDIA H200", "uuid": uuid}}

@@ -113,6 +113,24 @@ def test_load_returns_the_ssd_forward_of_each_module() -> None:
     assert providers.get("triton").load() is triton_ssd.ssd_forward
 
 
+def test_launch_defaults_are_the_cutile_configs_and_import_no_kernel_library() -> None:
+    """Run comparisons read a knob an older run lacks at these values (harness/history.py)."""
+    from kernels.cutile.config import SSDConfig
+
+    defaults = providers.get("cutile").launch_defaults()
+    assert defaults["state_cb"] == SSDConfig().state_cb == 0
+    assert set(defaults) == set(SSDConfig.__dataclass_fields__)
+    assert providers.get("triton").launch_defaults is None
+    code = (
+        "import sys; from harness import providers; providers.get('cutile').launch_defaults(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert found.stdout.strip() == "[]", found.stderr
+
+
 @pytest.mark.parametrize(
     ("value", "devices"),
     [(None, ["cuda"]), ("0", ["cuda"]), ("1", ["cpu", "cuda"]), ("True", ["cpu", "cuda"])],
