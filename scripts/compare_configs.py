@@ -19,6 +19,10 @@ is printed and logged before the shape's rows.
 `--no-final-states` runs the forwards as the default sweep does, returning no final states (a
 segmented walk may then skip segment_scan; the final-state error is NaN).
 
+`--eager` also times every call in eager mode (CUDA events around the whole Python call on an idle
+GPU, host work included, as the sweep's eager rows): where a variant changes what the host does
+per forward (a second stream, say), graph replay hides it.
+
 `--tree NAME=DIR` adds the kernels of another commit, copied by scripts/kernel_tree.py into
 DIR/kernels_NAME, run with their own default configs and checked and timed like the variants.
 """
@@ -93,6 +97,9 @@ def main() -> int:
         action="store_true",
         help="forwards that return no final states, as the default sweep's problems",
     )
+    parser.add_argument(
+        "--eager", action="store_true", help="also time eager mode (host work included)"
+    )
     args = parser.parse_args()
     problems, variants = parse_points(
         parser, args.shapes, args.variant, final_states=not args.no_final_states
@@ -141,10 +148,12 @@ def main() -> int:
         if held:
             print(f"{problem.key()}: timed at a held SM clock ({held})", file=sys.stderr)
         kernels = {m.name: m for m in measure(calls, "kernels", policy, timer)}
+        eager = {m.name: m for m in measure(calls, "eager", policy, timer)} if args.eager else {}
         base = graph["triton"].summary.median if graph["triton"].summary else float("nan")
         for call in calls:
             g, k = graph[call.name], kernels[call.name]
             ms = g.summary.median if g.summary else float("nan")
+            e = eager.get(call.name)
             rows.append(
                 {
                     "point": problem.key(),
@@ -153,19 +162,24 @@ def main() -> int:
                     "err_final": errors.get(call.name, (None, None))[1],
                     "graph_ms": ms,
                     "speedup": base / ms,
+                    "eager_ms": e.summary.median if e and e.summary else None,
                     "kernel_ms": {n: round(t, 4) for n, t in k.kernel_ms.items()},
-                    "error": g.error or k.error,
+                    "error": g.error or k.error or (e.error if e else ""),
                     "gpu_clocks": clocks,
                 }
             )
             log(args.out, rows[-1])
-    print(f"\n{'point':<46} {'variant':<14} {'err':>8} {'graph ms':>9} {'x':>6}  kernels")
+    print(
+        f"\n{'point':<46} {'variant':<14} {'err':>8} {'graph ms':>9} {'x':>6} {'eager ms':>9}"
+        "  kernels"
+    )
     for r in rows:
         err = "" if r["err_out"] is None else f"{r['err_out']:.1e}"
         kern = " ".join(f"{n[:12]}={t:.3f}" for n, t in r["kernel_ms"].items())
+        eager_ms = "" if r["eager_ms"] is None else f"{r['eager_ms']:.4f}"
         print(
             f"{r['point'][:46]:<46} {r['variant']:<14} {err:>8} {r['graph_ms']:>9.4f} "
-            f"{r['speedup']:>6.3f}  {kern}"
+            f"{r['speedup']:>6.3f} {eager_ms:>9}  {kern}"
         )
     return 0
 
