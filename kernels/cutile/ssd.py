@@ -1,7 +1,8 @@
 """Host entry point of the cuTile SSD forward: validation, then the kernel launches (chunk_cumsum,
 fwd_pass_state, segment_scan when the state walk is split, chunk_cb where compute_out reads C·Bᵀ,
 compute_out). With `SSDConfig.state_cb` chunk_cb's strided kernel runs beside the walk on a second
-stream, forked before chunk_cumsum and joined before compute_out (a CUDA graph captures both).
+stream, forked before chunk_cumsum, launched after the walk and joined before compute_out (a CUDA
+graph captures both).
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
@@ -82,7 +83,7 @@ def launch_forward(
     `final_states` is off and no launch computed them). Also run on meta tensors inside
     `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
-    from kernels.cutile.chunk_cb import cb_dtype, chunk_cb_beside, join_beside
+    from kernels.cutile.chunk_cb import cb_dtype, chunk_cb_beside, fork_beside, join_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
@@ -91,12 +92,12 @@ def launch_forward(
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
-    cb = None
+    ctas_beside = 0
     if config.state_cb:
         walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
-        ctas = cb_ctas_beside(config, walk)
-        if ctas:
-            cb = chunk_cb_beside(C, B, chunk_size, ctas, cb_dtype(config.out_cb, x.dtype))
+        ctas_beside = cb_ctas_beside(config, walk)
+        if ctas_beside:
+            fork_beside(x.device)
     dt_out, dA_cumsum, weight = chunk_cumsum(
         dt,
         A,
@@ -111,7 +112,9 @@ def launch_forward(
     state_pass = fwd_pass_state(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )
-    if cb is not None:
+    cb = None
+    if ctas_beside:  # launched after the walk, forked before chunk_cumsum (fork_beside)
+        cb = chunk_cb_beside(C, B, chunk_size, ctas_beside, cb_dtype(config.out_cb, x.dtype))
         join_beside(x.device)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config, cb)
     return out, state_pass.final

@@ -118,18 +118,19 @@ def test_c_h_rows_only_from_one_segment_of_whole_state_walkers(config: SSDConfig
     assert walk[-1] is False and walk[5].dim() == 5  # the states, (b, nchunks, h, p, n)
 
 
-def test_c_b_beside_the_walk_launches_first_and_compute_out_reads_it() -> None:
+def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> None:
     """64 heads, one walker each, leave 68 of 132 SMs free: chunk_cb's strided kernel is launched
-    before chunk_cumsum (on a second stream, on a GPU) with 68 CTAs, chunk_cb is not launched
-    after the walk, and compute_out reads the strided kernel's output."""
+    right after the walk (on a GPU on a second stream forked before chunk_cumsum, so that its host
+    work overlaps the walk, run 220) with 68 CTAs, chunk_cb is not launched, and compute_out reads
+    the strided kernel's output."""
     config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
     launches = _recorded(config)
     names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
     assert names == [
-        "chunk_cb_strided_kernel", "chunk_cumsum_kernel", "fwd_pass_state_kernel",
+        "chunk_cumsum_kernel", "fwd_pass_state_kernel", "chunk_cb_strided_kernel",
         "compute_out_kernel",
     ]  # fmt: skip
-    grid, _, args, dependent = launches[0]
+    grid, _, args, dependent = launches[2]
     assert grid == (68, 1, 1) and not dependent
     assert launches[-1][2][3] is args[2]  # compute_out's cb argument
     assert args[2].shape == (1, 8, 1, 128, 128) and args[2].dtype == torch.float32
