@@ -1,6 +1,8 @@
 """Registers, spills and shared memory of the cuTile SSD kernels per launch, on the CPU (no GPU
 needed): compiles exactly what a forward launches and reads each cubin. A configuration that
-spills, or needs far more registers than the default, is rarely worth device time.
+spills, or needs far more registers than the default, is rarely worth device time. `threads` is
+what a CTA is built for and `rf CTAs` how many such CTAs an SM's register file holds: 1 means
+nothing else runs beside it, whatever the shared memory.
 
     # every launch of one forward at these shapes and variants, built from meta tensors
     python scripts/kernel_resources.py --shapes 65536:128:128,2048:32:256:128 \
@@ -82,6 +84,7 @@ def main() -> int:
         listing_digest,
         nvdisasm,
         read_cubin,
+        register_file_ctas,
     )
     from kernels.cutile.signatures import forward_launches, from_symbol
 
@@ -112,8 +115,8 @@ def main() -> int:
         args.sass_dir.mkdir(parents=True, exist_ok=True)
     sass_header = f" {'instrs':>6} {'sass':<12}" if args.sass else ""
     width = max([5, *(len(launch[0]) for launch in launches)])  # whole keys: chunk lengths differ
-    print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'local B':>8} "
-          f"{'shared KB':>9}{sass_header}")  # fmt: skip
+    print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'threads':>7} "
+          f"{'rf CTAs':>7} {'local B':>8} {'shared KB':>9}{sass_header}")  # fmt: skip
     for index, (point, variant, name, kernel, signature) in enumerate(launches):
         cubin = compile_cubin(kernel, signature, args.arch)
         res = read_cubin(cubin)
@@ -124,8 +127,10 @@ def main() -> int:
             stem = f"{index:03d}_{point or 'symbol'}_{variant or 'recorded'}_{name}"
             (args.sass_dir / f"{stem}.sass").write_text(listing)
         shared_kb = res.shared_bytes / 1024
+        rf_ctas = register_file_ctas(res)
         print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
-              f"{res.local_bytes:>8} {shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
+              f"{res.threads or '?':>7} {rf_ctas or '?':>7} {res.local_bytes:>8} "
+              f"{shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
     return 0
 
 

@@ -8,8 +8,10 @@ without a GPU, which configurations are worth timing. Compile the specialisation
 (kernels/cutile/signatures.py: `forward_launches` on meta tensors, or `from_symbol` on a recorded
 or profiled kernel name): a signature without the facts a launch derives from its tensors compiles
 other code. The numbers come from the cubin's `.nv.info` section
-(attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE) and the size of its `.nv.shared.<kernel>`
-section.
+(attributes EIATTR_REGCOUNT and EIATTR_FRAME_SIZE), its `.nv.info.<kernel>` section (EIATTR_REQNTID,
+the threads a CTA is built for) and the size of its `.nv.shared.<kernel>` section. Registers times
+threads is what a CTA takes of the SM's 64K-register file: a 255-register walker of 256 threads
+holds all of it, so nothing else runs on its SM (runs 218–219).
 
 `listing_digest` of `disassemble`'s listing tells whether two configurations compiled to the
 same machine code: a knob that leaves it unchanged (a latency hint on a load the compiler
@@ -29,7 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ELF_MAGIC = b"\x7fELF"
+SM_REGISTERS = 65536  # the register file of an SM (sm_90, sm_100)
+REGISTER_GRANULE = 8  # a thread's registers are allocated in multiples of this
 EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
+EIATTR_REQNTID = 0x10
 EIATTR_FRAME_SIZE = 0x11
 EIATTR_REGCOUNT = 0x2F
 
@@ -39,6 +44,7 @@ class Resources:
     registers: int  # per thread
     local_bytes: int  # per thread: the stack frame, i.e. spilled registers and local arrays
     shared_bytes: int  # static shared memory per CTA
+    threads: int = 0  # per CTA, as built (EIATTR_REQNTID; 0 where the cubin does not say)
 
 
 def read_cubin(data: bytes) -> Resources:
@@ -54,37 +60,60 @@ def read_cubin(data: bytes) -> Resources:
         start = names_at + offset
         return data[start : data.index(b"\0", start)].decode()
 
-    attributes: dict[int, int] = {}
+    attributes: dict[int, bytes] = {}
     shared = 0
     for name_offset, _, _, _, offset, size in headers:
         section = name(name_offset)
         if section.startswith(".nv.shared.") and not section.startswith(".nv.shared.reserved"):
             shared += size
-        elif section == ".nv.info":  # the per-function values; .nv.info.<kernel> holds others
-            attributes.update(_info_attributes(data[offset : offset + size]))
+        elif section.startswith(".nv.info"):  # .nv.info: per-function values; .nv.info.<kernel>
+            attributes.update(_info_records(data[offset : offset + size]))
     if EIATTR_REGCOUNT not in attributes:
         raise ValueError("the cubin has no register count (EIATTR_REGCOUNT)")
-    return Resources(attributes[EIATTR_REGCOUNT], attributes.get(EIATTR_FRAME_SIZE, 0), shared)
+    threads = 0
+    if len(attributes.get(EIATTR_REQNTID, b"")) == 12:
+        x, y, z = struct.unpack("<III", attributes[EIATTR_REQNTID])
+        threads = x * y * z
+    return Resources(
+        _function_value(attributes[EIATTR_REGCOUNT]),
+        _function_value(attributes.get(EIATTR_FRAME_SIZE, bytes(8))),
+        shared,
+        threads,
+    )
 
 
-def _info_attributes(info: bytes) -> dict[int, int]:
-    """Per-function values (a symbol index, then a u32) of one `.nv.info` section."""
-    values, pos = {}, 0
-    while pos + 2 <= len(info):
+def register_file_ctas(resources: Resources) -> int | None:
+    """CTAs of this build that an SM's register file holds at once (None where the threads are
+    not known): the bound on CTAs per SM that registers set, whatever the shared memory."""
+    if not resources.threads:
+        return None
+    granules = -(-resources.registers // REGISTER_GRANULE)
+    return SM_REGISTERS // (granules * REGISTER_GRANULE * resources.threads)
+
+
+def _info_records(info: bytes) -> dict[int, bytes]:
+    """{attribute: payload} of the sized records of one `.nv.info` section (the last of each
+    attribute); the other records are four bytes each: format, attribute, two bytes of value or
+    padding."""
+    records, pos = {}, 0
+    while pos + 4 <= len(info):
         fmt, attribute = info[pos], info[pos + 1]
-        pos += 2
         if fmt == EIFMT_SVAL:
-            (size,) = struct.unpack_from("<H", info, pos)
-            if attribute in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and size == 8:
-                values[attribute] = struct.unpack_from("<I", info, pos + 6)[0]
-            pos += 2 + size
-        elif fmt == EIFMT_HVAL:
-            pos += 2
-        elif fmt == EIFMT_BVAL:
-            pos += 1
-        elif fmt != EIFMT_NVAL:
+            (size,) = struct.unpack_from("<H", info, pos + 2)
+            records[attribute] = info[pos + 4 : pos + 4 + size]
+            pos += 4 + size
+        elif fmt in (EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL):
+            pos += 4
+        else:
             raise ValueError(f"unknown .nv.info record format {fmt}")
-    return values
+    return records
+
+
+def _function_value(payload: bytes) -> int:
+    """The value of a per-function record: a symbol index, then a u32."""
+    if len(payload) != 8:
+        raise ValueError(f"a per-function .nv.info record has 8 bytes, not {len(payload)}")
+    return struct.unpack_from("<I", payload, 4)[0]
 
 
 def compile_cubin(kernel, signature, arch: str = "sm_90") -> bytes:

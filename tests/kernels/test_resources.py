@@ -10,11 +10,20 @@ H200 measured: the compute_out configurations that lost 16-32 % (docs/performanc
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
 
-from kernels.cutile.resources import disassemble, listing_digest, nvdisasm, read_cubin
+from kernels.cutile.resources import (
+    Resources,
+    _info_records,
+    disassemble,
+    listing_digest,
+    nvdisasm,
+    read_cubin,
+    register_file_ctas,
+)
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
 SYMBOLS = RUNS / "symbols-e4c7cb2.jsonl"
@@ -112,12 +121,13 @@ def test_the_diagonal_k_tile_loads_its_x_once() -> None:
 def test_hinted_decays_change_what_four_compute_out_ctas_compile_to_at_dstate_256() -> None:
     """At four CTAs per SM, compute_out with its k-tiles' decays hinted (−3 to −6 % against three
     CTAs) compiles to 64 registers and 54 KB of shared memory; unhinted (+10 to +13 %) to 96
-    registers and 33 KB (change 29). Both fit four CTAs of 128 threads on an H200 SM."""
+    registers and 33 KB (change 29). The register file holds four CTAs of either: the hinted
+    build is 256 threads of 64 registers, the unhinted one 128 threads of 95."""
     hinted = _launched("65536:32:256", {})
     unhinted = _launched("65536:32:256", {"out_hint_decays": 0})
     for kernel in (hinted, unhinted):
         assert kernel.local_bytes == 0 and 4 * kernel.shared_bytes <= 228 * 1024
-        assert 4 * kernel.registers * 128 <= 65536
+        assert register_file_ctas(kernel) >= 4
     assert hinted.registers < unhinted.registers and hinted.shared_bytes > unhinted.shared_bytes
 
 
@@ -125,6 +135,42 @@ def test_hinted_decays_change_what_four_compute_out_ctas_compile_to_at_dstate_25
 def test_the_state_walk_does_not_spill_as_launched() -> None:
     walk = _launched("65536:128:128", {}, "fwd_pass_state_kernel")
     assert walk.local_bytes == 0 and 0 < walk.registers <= 255
+
+
+def test_info_records_step_over_every_record_format() -> None:
+    """A `.nv.info.<kernel>` section mixes four-byte records (no value, a byte, a half-word) with
+    sized ones; stepping one byte short after a byte record lost every record after it."""
+    reqntid = struct.pack("<III", 256, 1, 1)
+    info = (
+        bytes([2, 0x4C, 1, 0])  # a byte value and its padding
+        + bytes([3, 0x1B, 0xFF, 0])  # a half-word value
+        + bytes([1, 0x54, 0, 0])  # no value, two bytes of padding
+        + bytes([4, 0x10]) + struct.pack("<H", 12) + reqntid
+        + bytes([4, 0x36]) + struct.pack("<HI", 4, 8)
+    )  # fmt: skip
+    assert _info_records(info) == {0x10: reqntid, 0x36: struct.pack("<I", 8)}
+    with pytest.raises(ValueError, match="record format 9"):
+        _info_records(bytes([9, 0x10, 0, 0]))
+
+
+def test_register_file_ctas_rounds_each_threads_registers_up_to_eight() -> None:
+    assert register_file_ctas(Resources(255, 0, 0, 256)) == 1  # 256 × 256 = the whole file
+    assert register_file_ctas(Resources(128, 0, 0, 256)) == 2
+    assert register_file_ctas(Resources(64, 0, 0, 256)) == 4
+    assert register_file_ctas(Resources(70, 0, 0, 128)) == 7  # 72 × 128 a CTA
+    assert register_file_ctas(Resources(168, 0, 0, 384)) == 1
+    assert register_file_ctas(Resources(64, 0, 0)) is None
+
+
+@pytest.mark.slow
+def test_the_32_head_walker_holds_the_register_file_and_two_per_sm_do_not() -> None:
+    """Runs 218–219: nothing ran beside the default walk at 16K/32/256, a 256-thread CTA of 255
+    registers; at the two-per-SM hint (128 registers) two CTAs fit, and the register file is
+    what its threads and registers say."""
+    walk = _launched("16384:32:256:128", {}, "fwd_pass_state_kernel")
+    assert (walk.registers, walk.threads, register_file_ctas(walk)) == (255, 256, 1)
+    halved = _launched("16384:32:256:128", {"state_occupancy": 2}, "fwd_pass_state_kernel")
+    assert (halved.threads, register_file_ctas(halved)) == (256, 2)
 
 
 def test_a_name_that_is_not_one_of_our_kernels_is_refused() -> None:
