@@ -42,10 +42,19 @@ def _recorded() -> dict[tuple[str, str], tuple[dict, list[str]]]:
 
 @pytest.mark.parametrize(("shape", "variant"), sorted(_recorded()))
 def test_meta_tensors_give_the_names_the_gpu_launched(shape: str, variant: str) -> None:
+    """The same specialisations, and on the current stream in the same order. The kernel beside
+    the walk on a second stream (state_cb) was launched first when SYMBOLS was recorded; change
+    77 launches it after the walk, which changes no specialisation."""
     config, recorded = _recorded()[(shape, variant)]
     kwargs = meta_inputs(parse_shape(shape)).kwargs()
     launches = forward_launches(kwargs, SSDConfig.from_dict(config))
-    assert [mangle_kernel_name(name, signature) for name, _, signature in launches] == recorded
+    names = [mangle_kernel_name(name, signature) for name, _, signature in launches]
+    assert sorted(names) == sorted(recorded)
+    assert _current_stream(names) == _current_stream(recorded)
+
+
+def _current_stream(names: list[str]) -> list[str]:
+    return [name for name in names if not name.startswith("chunk_cb_strided_kernel")]
 
 
 def test_the_recording_covers_chained_and_plain_launches() -> None:
