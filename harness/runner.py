@@ -68,6 +68,11 @@ class SweepAborted(RuntimeError):
         self.rows: list[dict] = []
 
 
+class ReplayMismatch(ValueError):
+    """A CUDA graph's replay of a checked call whose output the check refuses: the mode's rows
+    get status `wrong`."""
+
+
 class OutOfTime(RuntimeError):
     """The sweep stopped at cfg.time_limit_s with points left; what it measured is recorded, and
     a rerun with its run_id measures the rest."""
@@ -448,7 +453,8 @@ class Sweep:
                     if chunk != problem.chunk_size:
                         outcome.error = f"at chunk_size {chunk}: {outcome.error}"
                     break
-                call = Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes)
+                verify = functools.partial(self._verify_replay, problem, expected)
+                call = Call(p.name, functools.partial(fn, **kwargs), p.kernel_prefixes, verify)
                 picks = p.self_tuning.snapshot() if twice else None
                 tried.append(Candidate(outcome, call, tuning, picks))
             if outcomes[p.name].status != "ok":
@@ -526,6 +532,15 @@ class Sweep:
             tuning["autotune_kept"] = chosen.label()
         return chosen
 
+    def _verify_replay(self, problem: Problem, expected: object, result: object) -> None:
+        """Raise when a graph's replay of a checked call answers what the check would refuse: graph
+        mode times the replay, which may launch otherwise than the eager call (streams forked
+        only while capturing, say)."""
+        outcome = Outcome()
+        self._judge(problem, result, expected, outcome)
+        if outcome.status != "ok":
+            raise ReplayMismatch(f"the graph's replay answers wrong: {outcome.error}")
+
     def _judge(self, problem: Problem, result: object, expected: object, outcome: Outcome) -> None:
         """Fill the outcome's errors and status from the answer (NaN never passes)."""
         split = problem.return_final_states
@@ -593,8 +608,11 @@ class Sweep:
                 status, error = "unsupported", f"{provider.name} declares no kernel_prefixes"
             elif m is None:
                 status, error = "error", "not measured: the sweep stopped first"
+            elif m.error:
+                wrong = m.error.startswith(f"{ReplayMismatch.__name__}:")
+                status, error = ("wrong" if wrong else "error"), m.error
             else:
-                status, error = ("error", m.error) if m.error else ("ok", "")
+                status, error = "ok", ""
             timed = m if status == "ok" else None
             clocks = o.gpu_clocks.get(mode)
             rows.append({**base, "mode": mode, "status": status, "error": error,

@@ -6,7 +6,9 @@ callable that runs one forward) and a mode, and gets one `Measurement` per call 
 - eager:   CUDA events around the whole Python call, started on an idle GPU, so host work
            (argument checks, launches) counts;
 - graph:   the call captured once into a torch.cuda.CUDAGraph, replays timed with CUDA events
-           (device time, launch overhead gone);
+           (device time, launch overhead gone); a call with `verify` has the output of one replay
+           (into outputs first filled with NaN) checked before any is timed, since what is timed
+           is the replay, not the eager call the runner judged;
 - kernels: torch.profiler device times of the kernels whose names start with the provider's
            kernel_prefixes, summed per repetition and kept per prefix (cuTile mangles names).
            A kernel counts only the time after the provider's earlier kernels of the repetition
@@ -52,6 +54,9 @@ class Call:
     name: str
     fn: Callable[[], object]
     kernel_prefixes: tuple[str, ...] = ()
+    # Raises when an output of `fn` obtained otherwise than by calling it (a graph's replay) is
+    # wrong; None: not checked.
+    verify: Callable[[object], None] | None = None
 
 
 @dataclass
@@ -235,8 +240,14 @@ class CudaTimer:
         elif mode == "graph":
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                call.fn()
+                captured = call.fn()
             try:
+                if call.verify is not None:
+                    _fill_nan(captured)
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    call.verify(captured)
+                del captured
                 yield lambda n: [timed(graph.replay, idle_first=False) for _ in range(n)]
             finally:
                 graph.reset()
@@ -265,3 +276,11 @@ class CudaTimer:
             if e.device_type == DeviceType.CUDA
         ]
         return split_kernel_events(events, call.kernel_prefixes, reps)
+
+
+def _fill_nan(output: object) -> None:
+    """Fill the floating-point tensors of an output (a tensor or a tuple of them) with NaN, so
+    that a replay which leaves any of it unwritten cannot pass."""
+    for tensor in output if isinstance(output, tuple) else (output,):
+        if tensor is not None and tensor.is_floating_point():
+            tensor.fill_(float("nan"))

@@ -101,6 +101,8 @@ class WallTimer:
     def sampler(self, mode: str, call: Call):
         if (call.name, mode) in self.fail:
             raise RuntimeError(f"cannot capture {call.name}")
+        if mode == "graph" and call.verify is not None:  # as CudaTimer checks a first replay
+            call.verify(call.fn())
 
         def take(n: int):
             samples = []
@@ -415,6 +417,26 @@ def test_a_failing_mode_is_isolated(tmp_path: Path) -> None:
     assert set(by(df, "good2")["status"]) == {"ok"}
 
 
+def test_a_graph_replay_that_answers_wrong_makes_its_rows_wrong(tmp_path: Path) -> None:
+    """Graph mode times a replay, not the eager call the check judged: a forward right when
+    checked and wrong afterwards (as one launching otherwise under capture would be) must not
+    get a graph-mode time."""
+    calls = Counter()
+
+    def right_then_wrong(**kwargs):
+        calls["n"] += 1
+        return _answer(scale=1.0 if calls["n"] == 1 else 1.5)(**kwargs)
+
+    providers.register(fake("drifting", right_then_wrong))
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good", "drifting"], "sweep.seqlen=[32]")))
+    drifting = by(df, "drifting")
+    graph = drifting[drifting["mode"] == "graph"]
+    assert set(graph["status"]) == {"wrong"}
+    assert graph["error"].iloc[0].startswith("ReplayMismatch: the graph's replay answers wrong")
+    assert set(drifting[drifting["mode"] != "graph"]["status"]) == {"ok"}
+    assert set(by(df, "good")["status"]) == {"ok"}
+
+
 def test_each_modes_rows_carry_the_gpu_clocks_read_as_its_timing_ended(tmp_path: Path) -> None:
     readings = iter(range(100))
 
@@ -649,7 +671,8 @@ def test_chunk_policy_tries_only_lengths_the_provider_supports(tmp_path: Path) -
     cfg = make_cfg(tmp_path, ["only32", "good"], "sweep.chunk_size=32", "chunk_policy=fastest")
     df, _ = records.load_run(sweep(cfg))
     assert set(df["status"]) == {"ok"}
-    assert CALLS["only32"] == 2 * (1 + 3 * (1 + 6))  # as under fixed: no second check, no screen
+    # as under fixed: no second check, no screen; one more call: the replay WallTimer checks
+    assert CALLS["only32"] == 2 * (1 + 3 * (1 + 6) + 1)
     assert "chunk_screen_ms" not in _chunk_tuning(df, "only32")[0]
     assert set(_chunk_tuning(df, "good")[0]["chunk_screen_ms"]) == {"32", "16"}
 
@@ -702,7 +725,8 @@ def test_a_failing_prepare_is_recorded_and_every_point_still_measured(tmp_path: 
 
 def test_chunk_policy_fixed_runs_the_problems_chunk_once(tmp_path: Path) -> None:
     df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good"], "sweep.chunk_size=32")))
-    assert CALLS["good"] == 2 * (1 + 3 * (1 + 6))  # check, then warm-up and reps in 3 modes
+    # check, then warm-up and reps in 3 modes, and the graph replay WallTimer checks
+    assert CALLS["good"] == 2 * (1 + 3 * (1 + 6) + 1)
     assert all("chunk_size" not in t for t in _chunk_tuning(df, "good"))
 
 

@@ -47,6 +47,35 @@ def _scale_call(name: str = "scale") -> Call:
     return Call(name, fn, ("ssdbench_test_scale_kernel",))
 
 
+def test_graph_mode_times_only_a_replay_whose_output_is_verified() -> None:
+    """verify sees what a replay wrote, not the eager call's answer: a call that launches
+    otherwise while captured, or leaves its output unwritten in the graph (NaN-filled first),
+    fails the mode instead of being timed."""
+    timer = CudaTimer(l2="warm")
+    policy = TimingPolicy(warmup=1, min_reps=6, max_reps=6, max_seconds=1.0)
+    x = torch.randn(1 << 20, device="cuda")
+
+    def verify(out: torch.Tensor) -> None:
+        if not torch.allclose(out, x * 2):
+            raise ValueError("the replay's output differs")
+
+    def capturing() -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
+    calls = [
+        Call("right", lambda: x * 2, verify=verify),
+        Call("other", lambda: x * (3 if capturing() else 2), verify=verify),
+        Call("unwritten", lambda: torch.empty_like(x) if capturing() else x * 2, verify=verify),
+        Call("unchecked", lambda: x * (3 if capturing() else 2)),
+    ]
+    results = {m.name: m for m in measure(calls, "graph", policy, timer)}
+    assert results["right"].error == "" and results["right"].summary.n == 6
+    assert results["unchecked"].error == ""  # without verify, what is timed is not judged
+    for name in ("other", "unwritten"):
+        assert results[name].error == "ValueError: the replay's output differs", name
+        assert results[name].summary is None
+
+
 def test_cuda_timer_measures_all_three_modes() -> None:
     timer = CudaTimer(l2="cold", flush_bytes=256 << 20)
     policy = TimingPolicy(warmup=2, min_reps=10, max_reps=100, max_seconds=5.0, kernels_batch=5)
