@@ -37,6 +37,7 @@ class Recording:
     """Launches made inside `recorded()`, kept instead of run: (grid, kernel, args, dependent)."""
 
     sms: int
+    captured: bool = True  # record the forward as a CUDA graph's capture would launch it
     launches: list[tuple[tuple[int, int, int], object, tuple, bool]] = field(default_factory=list)
 
 
@@ -44,12 +45,13 @@ _recording: Recording | None = None
 
 
 @contextmanager
-def recorded(sms: int) -> Iterator[Recording]:
-    """Record the launches made inside instead of running them, as on a GPU with `sms` SMs: with
-    meta tensors the host code then runs on any machine, and `signatures.from_arguments` turns
-    each launch into the exact specialisation a GPU would compile."""
+def recorded(sms: int, captured: bool = True) -> Iterator[Recording]:
+    """Record the launches made inside instead of running them, as on a GPU with `sms` SMs and,
+    with `captured`, into a CUDA graph: with meta tensors the host code then runs on any machine,
+    and `signatures.from_arguments` turns each launch into the exact specialisation a GPU would
+    compile."""
     global _recording
-    _recording = Recording(sms)
+    _recording = Recording(sms, captured)
     try:
         yield _recording
     finally:
@@ -59,6 +61,14 @@ def recorded(sms: int) -> Iterator[Recording]:
 def is_recording() -> bool:
     """Whether launches are being recorded (inside `recorded()`) rather than run."""
     return _recording is not None
+
+
+def capturing() -> bool:
+    """Whether the launches go into a CUDA graph being captured (inside `recorded()`, whether the
+    recording says so)."""
+    if _recording is not None:
+        return _recording.captured
+    return torch.cuda.is_current_stream_capturing()
 
 
 def sm_count(device: torch.device) -> int:

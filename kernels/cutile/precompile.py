@@ -101,13 +101,24 @@ class Precompiled:
 Key = tuple[str, str, str]  # (kernel, mangled name, compiler hints): what decides a cubin
 
 
-def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
-    """The key of each launch of a config's forward of `kwargs` (meta tensors), in launch order."""
+def _launches(kwargs: dict, config: SSDConfig, sms: int) -> list:
+    """`signatures.forward_launches` of the forward captured into a CUDA graph, then of the eager
+    one: they differ where a config launches otherwise under capture (state_cb)."""
     from kernels.cutile.signatures import forward_launches
 
     return [
+        launch
+        for captured in (True, False)
+        for launch in forward_launches(kwargs, config, sms, captured)
+    ]
+
+
+def launch_keys(kwargs: dict, config: SSDConfig, sms: int) -> list[Key]:
+    """The key of each launch of a config's forward of `kwargs` (meta tensors), in launch order,
+    captured then eager (`_launches`; `distinct_launches` drops the repeats)."""
+    return [
         (name, signature.with_mangled_symbol(name).symbol, repr(kernel._compiler_options))
-        for name, kernel, signature in forward_launches(kwargs, config, sms)
+        for name, kernel, signature in _launches(kwargs, config, sms)
     ]
 
 
@@ -131,9 +142,8 @@ def _compile(described: dict, config: dict, index: int, arch: str, sms: int) -> 
     """In a worker: compile one launch into the disk cache; its resources, or None if it did not
     compile."""
     from kernels.cutile.resources import compile_cubin, read_cubin
-    from kernels.cutile.signatures import forward_launches
 
-    launches = forward_launches(meta_kwargs(described), SSDConfig.from_dict(config), sms)
+    launches = _launches(meta_kwargs(described), SSDConfig.from_dict(config), sms)
     _, kernel, signature = launches[index]
     try:
         return read_cubin(compile_cubin(kernel, signature, arch))

@@ -109,15 +109,15 @@ def _is_constant(hint) -> bool:
 
 
 def forward_launches(
-    kwargs: dict, config: SSDConfig, sms: int = 132
+    kwargs: dict, config: SSDConfig, sms: int = 132, captured: bool = True
 ) -> list[tuple[str, object, KernelSignature]]:
     """(kernel name, kernel with its hints, exact signature) of every launch of one forward, in
-    launch order, on a GPU with `sms` SMs (the H200's 132 by default). `kwargs` are
-    ssd_forward's inputs; meta tensors will do, so no GPU is needed."""
+    launch order, on a GPU with `sms` SMs (the H200's 132 by default), captured into a CUDA graph
+    or eager. `kwargs` are ssd_forward's inputs; meta tensors will do, so no GPU is needed."""
     from kernels.cutile import launch
     from kernels.cutile.ssd import launch_forward_of
 
-    with launch.recorded(sms) as recording:
+    with launch.recorded(sms, captured) as recording:
         launch_forward_of(kwargs, config)
     return [
         (kernel._pyfunc.__name__, kernel, from_arguments(kernel, args))

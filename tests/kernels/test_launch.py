@@ -16,10 +16,13 @@ from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.ssd import launch_forward  # noqa: E402
 
 
-def _recorded(config: SSDConfig, sms: int = 132, final_states: bool = True) -> list[tuple]:
-    """The recorded launches of one forward, in order: 64 heads, dstate 64, 8 chunks of 128."""
+def _recorded(
+    config: SSDConfig, sms: int = 132, final_states: bool = True, captured: bool = True
+) -> list[tuple]:
+    """The recorded launches of one forward, in order: 64 heads, dstate 64, 8 chunks of 128;
+    captured into a CUDA graph unless `captured` is off."""
     kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
-    with launch.recorded(sms) as recording:
+    with launch.recorded(sms, captured) as recording:
         launch_forward(
             kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["chunk_size"], kw["D"], kw["z"],
             kw["dt_bias"], kw["initial_states"], kw["dt_softplus"], kw["dt_limit"], config,
@@ -136,9 +139,15 @@ def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> Non
     assert args[2].shape == (1, 8, 1, 128, 128) and args[2].dtype == torch.float32
 
 
-def test_without_free_sms_chunk_cb_runs_after_the_walk() -> None:
+@pytest.mark.parametrize(
+    ("sms", "captured"), [(64, True), (132, False)], ids=["no-free-sms", "eager"]
+)
+def test_without_free_sms_or_a_graph_chunk_cb_runs_after_the_walk(sms: int, captured: bool) -> None:
+    """Also in an eager forward: there the strided kernel would start only once the host had
+    launched the walk, and hold compute_out back (runs 220-221)."""
     config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
-    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in _recorded(config, sms=64)]
+    launches = _recorded(config, sms=sms, captured=captured)
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
     assert "chunk_cb_strided_kernel" not in names and names[2:] == [
         "chunk_cb_kernel",
         "compute_out_kernel",

@@ -57,13 +57,28 @@ def test_distinct_launches_of_the_forwards() -> None:
     jobs = precompile.distinct_launches(keys)
     names = []
     for key, (forward, index) in jobs.items():
-        name, kernel, signature = forward_launches(kwargs, configs[forward])[index]
+        name, kernel, signature = precompile._launches(kwargs, configs[forward], 132)[index]
         symbol = signature.with_mangled_symbol(name).symbol
         assert key == (name, symbol, repr(kernel._compiler_options))
         names.append(name)
     # the candidates differ in compute_out only: one chunk_cumsum and one state walk among them
     assert names.count("chunk_cumsum_kernel") == names.count("fwd_pass_state_kernel") == 1
     assert 0 < names.count("compute_out_kernel") <= len(configs)
+
+
+def test_the_keys_cover_a_graphs_launches_and_an_eager_forwards() -> None:
+    """state_cb launches chunk_cb's strided kernel in a CUDA graph and chunk_cb in an eager
+    forward: both are precompiled, so neither compiles while a point is timed."""
+    config = replace(
+        _base(), state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1
+    )
+    kwargs = precompile.meta_kwargs(precompile.layouts(_kwargs()))
+    names = [
+        key[0]
+        for key in precompile.distinct_launches([precompile.launch_keys(kwargs, config, 132)])
+    ]
+    assert {"chunk_cb_strided_kernel", "chunk_cb_kernel"} <= set(names)
+    assert names.count("fwd_pass_state_kernel") == 1
 
 
 def test_a_sweeps_defaults_are_the_configs_its_forwards_launch_untuned(
