@@ -18,9 +18,11 @@ callable that runs one forward) and a mode, and gets one `Measurement` per call 
 Compilation and autotuning stay out of every measurement: each call runs `warmup` times before
 sampling (and once more before, in the runner's correctness check). With a cold L2 (the default) a
 buffer larger than the L2 is zeroed before every repetition, outside the timed window. Providers
-alternate A B A B … so that drift in clocks or temperature cannot pose as a speedup, and sampling
-goes on until every provider's 95 % CI of the median is within `ci_target` of it, or a count/time
-cap is hit; a CI still wider than the target is flagged (`ci_wide`), not hidden.
+alternate A B A B … so that drift in clocks or temperature cannot pose as a speedup; in eager mode
+each of two providers' calls thus follows the other's, as in a model where other work runs between
+them (`eager_after_self` puts the provider's own call before each sample instead). Sampling goes
+on until every provider's 95 % CI of the median is within `ci_target` of it, or a count/time cap is
+hit; a CI still wider than the target is flagged (`ci_wide`), not hidden.
 
 All device work goes through a `Timer`, so the logic here runs on CPU under a fake in tests.
 """
@@ -72,6 +74,11 @@ class TimingPolicy:
     max_seconds: float = 3.0  # per mode and point, all providers together
     ci_target: float = 0.01
     kernels_batch: int = 10  # repetitions per profiler session in mode kernels
+    # Eager mode: call each provider once, untimed, right before each of its samples, so that a
+    # sample follows its own provider's call. Otherwise it follows the previous provider's, which
+    # costs an eager call after Triton's up to 90 µs (H200, run 225): fair between two providers
+    # that alternate, not among three or more in a fixed order.
+    eager_after_self: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,8 @@ def measure(
         while samplers:
             for name, sampler in list(samplers.items()):  # A B A B …
                 try:
+                    if mode == "eager" and policy.eager_after_self:
+                        next(c for c in calls if c.name == name).fn()
                     samples[name].extend(sampler(batch))
                 except Exception as exc:
                     errors[name] = error_message(exc)

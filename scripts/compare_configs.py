@@ -21,7 +21,10 @@ segmented walk may then skip segment_scan; the final-state error is NaN).
 
 `--eager` also times every call in eager mode (CUDA events around the whole Python call on an idle
 GPU, host work included, as the sweep's eager rows): where a variant changes what the host does
-per forward (a second stream, say), graph replay hides it.
+per forward (a second stream, say), graph replay hides it. Each eager sample follows an untimed
+call of its own variant (`TimingPolicy.eager_after_self`): in plain A B C order the variant after
+Triton paid up to 90 µs for following it (run 225), which runs 220-222 and 224 charged to the
+first variant.
 
 `--tree NAME=DIR` adds the kernels of another commit, copied by scripts/kernel_tree.py into
 DIR/kernels_NAME, run with their own default configs and checked and timed like the variants.
@@ -106,7 +109,7 @@ def main() -> int:
     )
     trees = load_trees(parser, args.tree)
     triton_ssd.check_c_compiler()
-    policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10)
+    policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10, eager_after_self=True)
     timer = CudaTimer()
     if args.out:
         env = {"environment": environment.capture(0), "argv": sys.argv[1:]}

@@ -75,6 +75,56 @@ def test_providers_alternate_and_stop_at_min_reps_once_converged() -> None:
     assert timer.closed == ["b", "a"]  # samplers released (graphs freed) after the mode
 
 
+class FollowerTimer:
+    """Times `base[name]`, plus `penalty` for an eager call that follows a call of `after`: what
+    a call pays after another library's (run 225). The calls from `follower_calls` report to it."""
+
+    def __init__(self, base: dict[str, float], after: str, penalty: float):
+        self.base, self.after, self.penalty = base, after, penalty
+        self.previous = ""
+
+    def synchronize(self) -> None:
+        pass
+
+    @contextmanager
+    def sampler(self, mode: str, call: Call):
+        def take(n: int):
+            samples = []
+            for _ in range(n):
+                extra = self.penalty if self.previous == self.after != call.name else 0.0
+                samples.append((self.base[call.name] + extra, {}))
+                call.fn()
+            return samples
+
+        yield take
+
+
+def follower_calls(timer: FollowerTimer) -> list[Call]:
+    def fn_for(name: str):
+        def fn() -> None:
+            timer.previous = name
+
+        return fn
+
+    return [Call(name, fn_for(name)) for name in timer.base]
+
+
+@pytest.mark.parametrize("after_self", [False, True])
+def test_eager_samples_can_follow_their_own_call(after_self: bool) -> None:
+    """Two variants after a reference: in A B C order the first always follows the reference and
+    pays for it; with `eager_after_self` none does. Other modes are sampled as before."""
+    timer = FollowerTimer({"ref": 5.0, "a": 1.0, "b": 1.0}, "ref", 0.5)
+    policy = TimingPolicy(warmup=0, min_reps=10, max_seconds=1e9, eager_after_self=after_self)
+    medians = {
+        m.name: m.summary.median for m in measure(follower_calls(timer), "eager", policy, timer)
+    }
+    assert medians == {"ref": 5.0, "a": 1.0 if after_self else 1.5, "b": 1.0}
+    graph = {
+        m.name: m.summary.median for m in measure(follower_calls(timer), "graph", policy, timer)
+    }
+    assert graph["a"] == 1.5
+
+
 def test_warmup_calls_run_before_sampling_and_are_not_samples() -> None:
     counter: dict[str, int] = {}
     timer = ScriptedTimer({"a": constant(1.0)})
