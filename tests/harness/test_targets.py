@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from harness import targets
@@ -72,6 +73,25 @@ def test_the_section_marks_each_target() -> None:
     assert "| geomean ≥ 2.0x (graph) | 1.400x over 12 points | **missed** |" in text
     assert "| ≥ 1.14x at every point (graph) | 1.400x–1.400x at 12 points" in text
     assert "| ≥ 2.5x at L ≥ 16K with dstate 256 (graph) | no point timed | — |" in text
+
+
+def test_a_run_of_part_of_the_default_sweep_says_so() -> None:
+    """12 synthetic points, all on the default grid: the section says they are 12 of its 63; a
+    point off the grid (headdim aside, seqlen 3000) does not count."""
+    df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=2.6)
+    assert targets.default_sweep_coverage(df) == (12, 63)
+    text = targets.section(df, synthetic_meta(), "triton", "cutile")
+    assert "This run has 12 of the default sweep's 63 points" in text
+    off = synthetic_table(seqlens=(3000,), dstates=DSTATES, speedup=2.6)
+    assert targets.default_sweep_coverage(off) == (0, 63)
+    whole = targets.default_sweep_coverage(
+        pd.DataFrame(
+            [(s, h, n) for s in (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+             for h in (32, 64, 128) for n in DSTATES],
+            columns=["seqlen", "nheads", "dstate"],
+        )
+    )  # fmt: skip
+    assert whole == (63, 63)
 
 
 def test_a_missed_target_says_how_much_time_has_to_go_and_where_it_goes() -> None:
