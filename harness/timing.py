@@ -120,6 +120,7 @@ def measure(
     errors: dict[str, str] = {}
     samples: dict[str, list[Sample]] = {c.name: [] for c in calls}
     batch = policy.kernels_batch if mode == "kernels" else 1
+    own = {c.name: c.fn for c in calls}
     with ExitStack() as stack:
         samplers: dict[str, Sampler] = {}
         for call in calls:
@@ -135,7 +136,7 @@ def measure(
             for name, sampler in list(samplers.items()):  # A B A B …
                 try:
                     if mode == "eager" and policy.eager_after_self:
-                        next(c for c in calls if c.name == name).fn()
+                        own[name]()
                     samples[name].extend(sampler(batch))
                 except Exception as exc:
                     errors[name] = error_message(exc)

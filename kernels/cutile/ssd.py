@@ -97,8 +97,8 @@ def launch_forward(
     ctas_beside = 0
     if config.state_cb and capturing():
         # In CUDA graphs only: in an eager forward its kernel starts once the host has launched
-        # the walk, and delays compute_out (eager +3 to +33 %, runs 220-221). Graph mode checks a
-        # replay's answer before timing it, so the captured path is checked too.
+        # the walk, and delays compute_out (runs 220-224). Graph mode checks a replay's answer
+        # before timing it, so the captured path is checked too.
         walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
         ctas_beside = cb_ctas_beside(config, walk)
         if ctas_beside:

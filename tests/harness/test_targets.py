@@ -76,8 +76,8 @@ def test_the_section_marks_each_target() -> None:
 
 
 def test_a_run_of_part_of_the_default_sweep_says_so() -> None:
-    """12 synthetic points, all on the default grid: the section says they are 12 of its 63; a
-    point off the grid (headdim aside, seqlen 3000) does not count."""
+    """12 synthetic points, all on the default grid: the section says they are 12 of its 63;
+    points off the grid (seqlen 3000) do not count."""
     df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=2.6)
     assert targets.default_sweep_coverage(df) == (12, 63)
     text = targets.section(df, synthetic_meta(), "triton", "cutile")
