@@ -68,6 +68,9 @@ class SSDConfig:
     # wave, those SMs compute it during the walk, a kernel on a second stream launched before the
     # walk (1), instead of chunk_cb after it (0).
     state_cb: int = 0
+    # The walk's worker warps: tileiras' default (0: one warpgroup) or 8 (two warpgroups, which
+    # split a walker's state columns between them).
+    state_warps: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -106,6 +109,8 @@ class SSDConfig:
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.out_cb not in (0, 1, 2):
             raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
+        if self.state_warps not in (0, 8):
+            raise ValueError(f"SSDConfig.state_warps must be 0 or 8, got {self.state_warps}")
         if self.state_heads not in (1, 2):
             raise ValueError(f"SSDConfig.state_heads must be 1 or 2, got {self.state_heads}")
 
