@@ -2,10 +2,10 @@
 
 Every head of a group uses the same (Q × Q) product C[m]·B[k], so computing it inside compute_out
 repeats it once per head (or per head pair); at dstate 256 it costs four times the x product.
-Here it is computed once per (chunk, group), stored in fp32 (as Triton keeps it) or, with
-`out_cb=2`, in the input dtype, only the tiles on or below the diagonal that
-compute_out reads with the same (TM, TK) tiling, so nothing unwritten is ever read. The heads of a
-group read it back from L2 (compute_out orders its grid heads fastest).
+Here it is computed once per (chunk, group), stored in fp32 (as Triton keeps it), with `out_cb=2`
+in the input dtype, or with `out_cb=3` in fp16 scaled per tile (`scaled`), only the tiles on or
+below the diagonal that compute_out reads with the same (TM, TK) tiling, so nothing unwritten is
+ever read. The heads of a group read it back from L2 (compute_out orders its grid heads fastest).
 
 Where a one-wave walk leaves SMs idle, `chunk_cb_beside` computes the same product there during
 the walk instead: a few CTAs taking turns over the chunks, on a second stream (SSDConfig.state_cb).
@@ -14,6 +14,7 @@ the walk instead: a few CTAs taking turns over the chunks, on a second stream (S
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import cuda.tile as ct
 import torch
@@ -25,12 +26,34 @@ from kernels.cutile.tiles import pow2_tile
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
+# out_cb=3: each tile's largest magnitude is scaled to CB_PEAK, a power of two well inside fp16's
+# 65504, so that no C·Bᵀ overflows fp16 and small ones keep fp16's 11 significant bits instead of
+# falling into its subnormals; the scale's inverse is stored per tile for compute_out.
+CB_PEAK = 16384.0
+CB_TINY = 1e-30  # the floor of a tile's peak: an all-zero tile keeps a finite scale
+
+
+def scaled(acc):
+    """(acc scaled to a peak magnitude of CB_PEAK, the inverse scale as a 0-d tile). A NaN
+    element stays NaN; an infinite one makes the whole tile NaN, never a finite answer."""
+    scale = CB_PEAK / ct.maximum(ct.max(ct.abs(acc)), CB_TINY)
+    return acc * scale, 1.0 / scale
+
+
+class ChunkCB(NamedTuple):
+    """chunk_cb's output as compute_out reads it."""
+
+    values: torch.Tensor  # (b, nchunks, g, Q, Q)
+    inv_scale: torch.Tensor  # (b, nchunks, g, Q/TM, Q/TK) float32 (out_cb=3), else a placeholder
+
 
 @ct.kernel
 def chunk_cb_kernel(
     C,  # (b, l, g, n)
     B,  # (b, l, g, n)
-    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype; tiles above the diagonal left unwritten
+    cb,  # (b, nchunks, g, Q, Q) float32, C's dtype or float16 (SCALED); tiles above the
+    # diagonal left unwritten
+    cb_scale,  # (b, nchunks, g, Q/TM, Q/TK) float32: each tile's inverse scale (if SCALED)
     ngroups: int,
     Q: ConstInt,
     NS: ConstInt,
@@ -38,6 +61,7 @@ def chunk_cb_kernel(
     TM: ConstInt,
     TK: ConstInt,
     CHAINED: ConstBool,
+    SCALED: ConstBool,
 ):
     follow_previous(CHAINED)
     row_block = ct.bid(0)  # TM-row block along the sequence
@@ -65,6 +89,13 @@ def chunk_cb_kernel(
             acc = ct.mma(
                 c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
             )
+        if SCALED:
+            acc, inverse = scaled(acc)
+            ct.store(
+                cb_scale,
+                index=(batch, chunk, group, m_block, k_block),
+                tile=inverse.reshape((1, 1, 1, 1, 1)),
+            )
         ct.store(
             cb,
             index=(batch, chunk, group, m_block, k_block),
@@ -82,16 +113,20 @@ STRIDED_SLICE = 128
 def chunk_cb_strided_kernel(
     C,  # (b, l, g, n)
     B,  # (b, l, g, n)
-    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype, every tile written
+    cb,  # (b, nchunks, g, Q, Q) float32, C's dtype or float16 (SCALED), every tile written
+    cb_scale,  # (b, nchunks, g, Q/TM, KB) float32: inverse scales (if SCALED)
     nchunks: int,
     Q: ConstInt,
     TM: ConstInt,
     NS: ConstInt,
     N: ConstInt,
+    KB: ConstInt,
+    SCALED: ConstBool,
 ):
     """A few CTAs beside a one-wave walk, on the SMs it leaves free (SSDConfig.state_cb): CTA
     `first` takes (chunk, group) items first, first + num_blocks(0), …, each whole, in (TM, Q)
-    row blocks summed over NS-wide dstate slices as chunk_cb_kernel sums them."""
+    row blocks summed over NS-wide dstate slices as chunk_cb_kernel sums them. SCALED: each row
+    block's KB tiles scaled as chunk_cb_kernel scales them (compute_out's rows must be TM)."""
     first, stride, batch = ct.bid(0), ct.num_blocks(0), ct.bid(1)
     groups = B.shape[2]
     mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
@@ -115,13 +150,39 @@ def chunk_cb_strided_kernel(
                     c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, Q)).astype(mma_dtype),
                     acc,
                 )  # fmt: skip
+            if SCALED:  # per (TM, Q/KB) tile, as chunk_cb_kernel scales compute_out's tiles
+                tiles = acc.reshape((TM, KB, Q // KB))
+                peak = ct.max(ct.max(ct.abs(tiles), axis=2), axis=0)
+                scale = CB_PEAK / ct.maximum(peak, CB_TINY)
+                acc = (tiles * scale[None, :, None]).reshape((TM, Q))
+                ct.store(
+                    cb_scale,
+                    index=(batch, chunk, group, m, 0),
+                    tile=(1.0 / scale).reshape((1, 1, 1, 1, KB)),
+                )
             tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
             ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
 
 
 def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
-    """dtype C·Bᵀ is stored in under `SSDConfig.out_cb`: fp32, or (2) the input dtype."""
-    return torch.float32 if out_cb == 1 else input_dtype
+    """dtype C·Bᵀ is stored in under `SSDConfig.out_cb`: fp32, (2) the input dtype, or (3)
+    fp16, scaled per tile."""
+    return {1: torch.float32, 2: input_dtype, 3: torch.float16}[out_cb]
+
+
+def _allocate(C: torch.Tensor, chunk_size: int, out_cb: int, block_m: int, block_k: int) -> ChunkCB:
+    batch, seqlen, ngroups, _ = C.shape
+    nchunks = -(-seqlen // chunk_size)
+    values = torch.empty(
+        batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device,
+        dtype=cb_dtype(out_cb, C.dtype),
+    )  # fmt: skip
+    scale_shape = (
+        (batch, nchunks, ngroups, chunk_size // block_m, chunk_size // block_k)
+        if out_cb == 3
+        else (1, 1, 1, 1, 1)
+    )
+    return ChunkCB(values, torch.empty(scale_shape, device=C.device, dtype=torch.float32))
 
 
 def chunk_cb(
@@ -130,40 +191,47 @@ def chunk_cb(
     chunk_size: int,
     block_m: int,
     block_k: int,
-    dtype: torch.dtype = torch.float32,
+    out_cb: int = 1,
     dependent: bool = False,
-) -> torch.Tensor:
-    """Launch chunk_cb; returns (b, nchunks, g, Q, Q) in `dtype` (fp32 as Triton keeps it, or
-    C's dtype for half the traffic), valid on and below the diagonal in (block_m, block_k) tiles
-    (the tiling compute_out reads it with). `dependent`: launched as a programmatic dependent of
-    the kernel before it (kernels/cutile/launch.py)."""
-    batch, seqlen, ngroups, dstate = C.shape
-    nchunks = -(-seqlen // chunk_size)
+) -> ChunkCB:
+    """Launch chunk_cb; returns C·Bᵀ (b, nchunks, g, Q, Q) stored as `out_cb` says (fp32 as
+    Triton keeps it, C's dtype, or fp16 scaled per tile, the latter two half the traffic), valid
+    on and below the diagonal in (block_m, block_k) tiles (the tiling compute_out reads it with).
+    `dependent`: launched as a programmatic dependent of the kernel before it
+    (kernels/cutile/launch.py)."""
+    batch, _, ngroups, dstate = C.shape
     n_tile = pow2_tile(dstate)
     ns = min(128, n_tile)
-    cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
-    grid = (nchunks * (chunk_size // block_m), batch * ngroups, 1)
-    launch(
-        grid,
-        chunk_cb_kernel,
-        (C, B, cb, ngroups, chunk_size, ns, n_tile, block_m, block_k, dependent),
-        dependent,
-    )
+    cb = _allocate(C, chunk_size, out_cb, block_m, block_k)
+    grid = (cb.values.shape[1] * (chunk_size // block_m), batch * ngroups, 1)
+    args = (
+        C, B, *cb, ngroups, chunk_size, ns, n_tile, block_m, block_k, dependent, out_cb == 3
+    )  # fmt: skip
+    launch(grid, chunk_cb_kernel, args, dependent)
     return cb
 
 
+def beside_rows(chunk_size: int) -> int:
+    """Rows of chunk_cb_strided_kernel's blocks, clamped to the chunk: with `out_cb=3` it runs only
+    where compute_out's tiles have as many (one scale per block)."""
+    return min(STRIDED_ROWS, chunk_size)
+
+
 def chunk_cb_beside(
-    C: torch.Tensor, B: torch.Tensor, chunk_size: int, ctas: int, dtype: torch.dtype
-) -> torch.Tensor:
+    C: torch.Tensor, B: torch.Tensor, chunk_size: int, ctas: int, out_cb: int, block_k: int
+) -> ChunkCB:
     """Launch chunk_cb_strided_kernel, `ctas` CTAs per batch entry, on the second stream that
     `fork_beside` started, so that it runs beside what the current stream runs since; returns
-    C·Bᵀ (b, nchunks, g, Q, Q) in `dtype`. Call `join_beside` before anything reads it."""
+    C·Bᵀ (b, nchunks, g, Q, Q) stored as `out_cb` says, scaled (3) per block of compute_out's
+    k-tiles `block_k`. Call `join_beside` before anything reads it."""
     batch, seqlen, ngroups, dstate = C.shape
     nchunks = -(-seqlen // chunk_size)
     n_tile = pow2_tile(dstate)
-    cb = torch.empty(batch, nchunks, ngroups, chunk_size, chunk_size, device=C.device, dtype=dtype)
-    tm, ns = min(STRIDED_ROWS, chunk_size), min(STRIDED_SLICE, n_tile)
-    args = (C, B, cb, nchunks, chunk_size, tm, ns, n_tile)
+    tm, ns = beside_rows(chunk_size), min(STRIDED_SLICE, n_tile)
+    cb = _allocate(C, chunk_size, out_cb, tm, block_k)
+    args = (
+        C, B, *cb, nchunks, chunk_size, tm, ns, n_tile, chunk_size // block_k, out_cb == 3
+    )  # fmt: skip
     if is_recording():
         launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
         return cb

@@ -20,7 +20,7 @@ import math
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cb import cb_dtype, chunk_cb
+from kernels.cutile.chunk_cb import ChunkCB, chunk_cb
 from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import (
     DEFAULT_CONFIG,
@@ -102,21 +102,21 @@ def _below_diagonal(
 
 
 def _cb_tile(
-    C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile, TM: int,
-    TK: int, NS: int, slices: int, mma_dtype, CB_PRE: bool,
+    C, B, cb_chunks, cb_scale, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
+    TM: int, TK: int, NS: int, slices: int, mma_dtype, CB_PRE: bool, CB_SCALED: bool,
 ):  # fmt: skip
-    """The fp32 (TM, TK) tile of C·Bᵀ: read from chunk_cb's output or computed here."""
+    """The fp32 (TM, TK) tile of C·Bᵀ: read from chunk_cb's output (CB_SCALED: times the tile's
+    inverse scale) or computed here."""
     if CB_PRE:
-        return (
-            ct.load(
-                cb_chunks,
-                index=(batch, chunk, group, m_block, k_block),
-                shape=(1, 1, 1, TM, TK),
-                latency=2,
-            )
+        index = (batch, chunk, group, m_block, k_block)
+        cb = (
+            ct.load(cb_chunks, index=index, shape=(1, 1, 1, TM, TK), latency=2)
             .reshape((TM, TK))
             .astype(ct.float32)
         )
+        if CB_SCALED:
+            cb = cb * ct.load(cb_scale, index=index, shape=(1, 1, 1, 1, 1)).reshape((1, 1))
+        return cb
     return c_times_b(C, B, c_first, batch, row_block, group, k_tile, TM, TK, NS, slices, mma_dtype)
 
 
@@ -150,7 +150,9 @@ def compute_out_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
-    cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32 or x's dtype (unused unless CB_PRE)
+    cb_chunks,  # (b, nchunks, g, Q, Q) from chunk_cb, fp32, x's dtype or fp16 (CB_SCALED);
+    # unused unless CB_PRE
+    cb_scale,  # (b, nchunks, g, Q/TM, Q/TK) float32: chunk_cb's inverse scales (if CB_SCALED)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment; with
     # CARRY (b, l, h, p): the walk's C[m]·h(chunk)ᵀ rows, read in place of that product
     seg_start,  # (b, S, h, p, n): true state at each segment's start (unused unless SEGMENTED)
@@ -173,6 +175,7 @@ def compute_out_kernel(
     HAS_Z: ConstBool,
     SEGMENTED: ConstBool,
     CB_PRE: ConstBool,
+    CB_SCALED: ConstBool,
     RANK1: ConstBool,
     LAT: ConstInt,
     HINT: ConstBool,
@@ -221,8 +224,8 @@ def compute_out_kernel(
     for k_block in range(below):
         k_tile = chunk * k_blocks_per_chunk + k_block
         cb = _cb_tile(
-            C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
-            TM, TK, NS, slices, mma_dtype, CB_PRE,
+            C, B, cb_chunks, cb_scale, c_first, batch, chunk, row_block, group, m_block, k_block,
+            k_tile, TM, TK, NS, slices, mma_dtype, CB_PRE, CB_SCALED,
         )  # fmt: skip
         acc0 = _below_diagonal(
             acc0, cb, x, dt_out, dA_cumsum, anchor0, batch, head, chunk, k_block, k_tile, TK, P,
@@ -252,8 +255,8 @@ def compute_out_kernel(
     for k_block in range(below, end):
         k_tile = chunk * k_blocks_per_chunk + k_block
         cb = _cb_tile(
-            C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, k_block, k_tile,
-            TM, TK, NS, slices, mma_dtype, CB_PRE,
+            C, B, cb_chunks, cb_scale, c_first, batch, chunk, row_block, group, m_block, k_block,
+            k_tile, TM, TK, NS, slices, mma_dtype, CB_PRE, CB_SCALED,
         )  # fmt: skip
         causal = rows[:, None] >= (k_block * TK + ct.arange(TK, dtype=ct.int32))[None, :]
         acc0 = _intra_chunk(
@@ -276,8 +279,8 @@ def compute_out_kernel(
         if HB == 1:
             x_m0 = x_tile(x, batch, row_block, head, TM, P, x.dtype, LAT)
         cb = _cb_tile(
-            C, B, cb_chunks, c_first, batch, chunk, row_block, group, m_block, diagonal,
-            row_block, TM, TK, NS, slices, mma_dtype, CB_PRE,
+            C, B, cb_chunks, cb_scale, c_first, batch, chunk, row_block, group, m_block, diagonal,
+            row_block, TM, TK, NS, slices, mma_dtype, CB_PRE, CB_SCALED,
         )  # fmt: skip
         weight = _diagonal_weight(
             cb, dt_out, dA_cumsum, dA_m0, batch, head, chunk, diagonal, TM, mma_dtype, LAT, HINT
@@ -313,7 +316,7 @@ def compute_out(
     D: torch.Tensor | None,
     z: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
-    cb: torch.Tensor | None = None,
+    cb: ChunkCB | None = None,
 ) -> torch.Tensor:
     """Launch compute_out; returns out (b, l, h, p) in x's dtype. `cb`: C·Bᵀ computed already
     (chunk_cb's strided kernel beside the walk), else chunk_cb is launched where it is read."""
@@ -342,7 +345,7 @@ def compute_out_launch(
     z: torch.Tensor | None,
     out: torch.Tensor,
     config: SSDConfig,
-    cb: torch.Tensor | None = None,
+    cb: ChunkCB | None = None,
 ) -> tuple[tuple[int, int, int], object, tuple]:
     """(grid, kernel, arguments) of compute_out's launch. With `config.out_cb` and no `cb` given
     this also launches chunk_cb, whose output the arguments hold."""
@@ -381,15 +384,15 @@ def compute_out_launch(
     cb_pre = reads_chunk_cb(config, chunk_size)
     if cb is None:  # not computed beside the walk (config.state_cb)
         cb = (
-            chunk_cb(C, B, chunk_size, tm, tk, cb_dtype(config.out_cb, x.dtype),
-                     bool(config.dependent_launch))
+            chunk_cb(C, B, chunk_size, tm, tk, config.out_cb, bool(config.dependent_launch))
             if cb_pre
-            else torch.empty(1, 1, 1, 1, 1, device=x.device)
-        )  # fmt: skip
+            else ChunkCB(*(torch.empty(1, 1, 1, 1, 1, device=x.device),) * 2)
+        )
     args = (
-        x, B, C, cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
+        x, B, C, *cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
-        segmented, cb_pre, bool(config.out_rank1), config.out_latency,
+        segmented, cb_pre, cb_pre and config.out_cb == 3, bool(config.out_rank1),
+        config.out_latency,
         bool(config.out_hint_decays), fold, chained(config, chunk_size), sp.carry,
     )  # fmt: skip
     return grid, kernel, args

@@ -37,7 +37,9 @@ class SSDConfig:
     out_occupancy: int = 2
     out_heads: int = 1
     # compute_out computes C·Bᵀ itself (0) or reads it from chunk_cb, which computes it once per
-    # group and stores it in fp32 (1) or rounded to the input dtype, half the traffic (2).
+    # group and stores it in fp32 (1), rounded to the input dtype (2), or in fp16 with each tile
+    # scaled to a peak of 2^14 and its inverse scale stored beside it (3); 2 and 3 halve the
+    # traffic, and 3 keeps three mantissa bits more than bf16.
     out_cb: int = 0
     # compute_out: k-tiles wholly before the row block take their decay as a row times a column
     # factor (1: TK exponentials per tile) or one exponential per element (0).
@@ -107,8 +109,8 @@ class SSDConfig:
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")
-        if self.out_cb not in (0, 1, 2):
-            raise ValueError(f"SSDConfig.out_cb must be 0, 1 or 2, got {self.out_cb}")
+        if self.out_cb not in (0, 1, 2, 3):
+            raise ValueError(f"SSDConfig.out_cb must be 0 to 3, got {self.out_cb}")
         if self.state_warps not in (0, 8):
             raise ValueError(f"SSDConfig.state_warps must be 0 or 8, got {self.state_warps}")
         if self.state_heads not in (1, 2):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.chunk_cb import beside_rows
 from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, reads_chunk_cb, with_occupancy
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.indices import group_of, split_index
@@ -419,12 +420,17 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     whole-state walkers, whose steps are long enough; and at least two per group: where a
     walk step takes about as long as one chunk's product (the 128-head walks of whole states at
     dstate 128 and 256, 1-2 µs), each then computes one every other step or less and is done with
-    the walk; beside the 32-head walk's 0.7 µs steps four took 1.5x the walk (run 217)."""
+    the walk; beside the 32-head walk's 0.7 µs steps four took 1.5x the walk (run 217). C·Bᵀ
+    scaled per tile (out_cb=3) needs compute_out's row blocks to be that kernel's."""
+    scales_fit = config.out_cb != 3 or min(config.out_block_m, walk.chunk_size) == beside_rows(
+        walk.chunk_size
+    )
     if not (
         config.state_cb
         and reads_chunk_cb(config, walk.chunk_size)
         and walk.segments == 1
         and walk.blocks == 1
+        and scales_fit
     ):
         return 0
     spare = walk.free_sms // walk.batch

@@ -84,9 +84,9 @@ def launch_forward(
     `final_states` is off and no launch computed them). Also run on meta tensors inside
     `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
-    from kernels.cutile.chunk_cb import cb_dtype, chunk_cb_beside, fork_beside, join_beside
+    from kernels.cutile.chunk_cb import chunk_cb_beside, fork_beside, join_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
-    from kernels.cutile.compute_out import compute_out
+    from kernels.cutile.compute_out import compute_out, compute_out_tiles
     from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
     from kernels.cutile.launch import capturing
 
@@ -119,7 +119,8 @@ def launch_forward(
     )
     cb = None
     if ctas_beside:  # launched after the walk, forked before chunk_cumsum (fork_beside)
-        cb = chunk_cb_beside(C, B, chunk_size, ctas_beside, cb_dtype(config.out_cb, x.dtype))
+        block_k = compute_out_tiles(config, chunk_size)[1]
+        cb = chunk_cb_beside(C, B, chunk_size, ctas_beside, config.out_cb, block_k)
         join_beside(x.device)
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config, cb)
     return out, state_pass.final

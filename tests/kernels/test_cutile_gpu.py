@@ -296,7 +296,22 @@ CB_CASES = {
 }  # fmt: skip
 
 
-PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES, **CB_CASES}
+# C·Bᵀ in fp16 scaled per tile (out_cb=3): after the walk over the carry walk's rows (ragged,
+# groups, initial states) and beside it, where a (64, 64) tile of compute_out spans two of the
+# strided kernel's column blocks (chunks of 256).
+SCALED_CB_CASES = {
+    "cb-scaled-fp16-carry-pairs-initial-ragged": (
+        CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
+        replace(CARRY_CASES["carry-cb-pairs-initial-ragged"][1], out_cb=3),
+    ),
+    "cb-scaled-fp16-beside-walk-N128-Q256-z": (
+        dict(seqlen=1800, nheads=16, ngroups=4, dstate=128, has_z=True),
+        SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=3, state_cb=1),
+    ),
+}  # fmt: skip
+
+
+PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES, **CB_CASES, **SCALED_CB_CASES}
 
 
 @pytest.mark.parametrize("name", list(PROBLEM_CONFIGS))
@@ -408,21 +423,60 @@ def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
     _check("tuned", problem, inputs, config)
 
 
-def test_c_b_beside_the_walk_replays_in_a_cuda_graph() -> None:
+def _replayed(forward, kwargs: dict) -> torch.Tensor:
+    """`forward`'s output captured into a CUDA graph (the captured path: state_cb's strided
+    kernel beside the walk), the output poisoned, then replayed."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = forward(**kwargs)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return captured
+
+
+@pytest.mark.parametrize("out_cb", [1, 3])
+def test_c_b_beside_the_walk_replays_in_a_cuda_graph(out_cb: int) -> None:
     """The forward with C·Bᵀ computed beside the walk, the second stream's fork and join
-    included, captures into a CUDA graph whose replay gives the eager forward's output."""
+    included, captures into a CUDA graph whose replay gives the eager forward's output (which
+    runs chunk_cb after the walk): fp32, and fp16 scaled alike per tile by both kernels."""
     from kernels.cutile.ssd import ssd_forward
 
     problem = replace(
         BASE, seqlen=2048, nheads=16, dstate=128, chunk_size=128, return_final_states=False
     )
-    config = SSDConfig(state_block_n=128, state_segments=1, state_occupancy=1, out_cb=1, state_cb=1)
+    config = SSDConfig(
+        state_block_n=128, state_segments=1, state_occupancy=1, out_cb=out_cb, state_cb=1
+    )
     kwargs = make_inputs(problem, seed=_seed("cb-graph"), device="cuda").kwargs()
     eager = ssd_forward(**kwargs, config=config)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = ssd_forward(**kwargs, config=config)
-    captured.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, eager)
+    assert torch.equal(_replayed(functools.partial(ssd_forward, config=config), kwargs), eager)
+
+
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "graph"])
+def test_scaled_c_b_past_fp16_range(captured: bool) -> None:
+    """out_cb=3 where C·Bᵀ reaches about 1e5, past fp16's 65504 (B and C 64 times the usual
+    size): each tile is scaled before its rounding, so out is finite and within tolerance, both
+    from chunk_cb after the walk (eager) and from the strided kernel beside it (graph)."""
+    from kernels.cutile.ssd import ssd_forward
+    from kernels.reference import ssd_forward as reference_forward
+
+    problem = replace(
+        BASE, seqlen=1024, nheads=16, dstate=256, chunk_size=128, return_final_states=False
+    )
+    inputs = make_inputs(problem, seed=_seed("cb-scaled-range"), device="cuda")
+    inputs.B.mul_(64)
+    inputs.C.mul_(64)
+    kwargs = inputs.kwargs()
+    config = SSDConfig(
+        state_carry=1, state_block_n=256, state_segments=1, state_occupancy=1, out_cb=3,
+        out_heads=2, out_rank1=1, state_cb=1,
+    )  # fmt: skip
+    assert (inputs.C[0, :128, 0].float() @ inputs.B[0, :128, 0].float().T).abs().max() > 65504
+    forward = functools.partial(ssd_forward, config=config)
+    poison_cuda_allocator("cuda", 1 << 30)
+    out = _replayed(forward, kwargs) if captured else forward(**kwargs)
+    ref = reference_forward(**kwargs)
+    err = relative_error(out, ref)
+    print(f"[cutile-vs-float64] cb-scaled-range captured={captured} out={err:.3e}")
+    assert torch.isfinite(out).all() and passes(err, problem.dtype), err

@@ -86,7 +86,7 @@ def test_two_segments_without_final_states_skip_segment_scan() -> None:
     assert names == ["chunk_cumsum_kernel", "fwd_pass_state_kernel", "compute_out_kernel"]
     walk, out = launches[1][2], launches[2][2]
     assert walk[-2] is True  # DIRECT
-    assert out[5] is walk[6] and walk[6].dtype == walk[5].dtype  # seg_start: the states' dtype
+    assert out[6] is walk[6] and walk[6].dtype == walk[5].dtype  # seg_start: the states' dtype
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
     walk, compute_out = launches[1][2], launches[-1][2]
     assert walk[-1] is True and walk[10] is not walk[1]  # CARRY, and C among its arguments
     assert walk[5].shape == walk[0].shape  # rows shaped like x
-    states_arg = 4 if "out_cb" in out else 3
+    states_arg = 5 if "out_cb" in out else 3
     assert compute_out[states_arg] is walk[5] and compute_out[-1] is True
 
 
@@ -137,6 +137,36 @@ def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> Non
     assert grid == (68, 1, 1) and not dependent
     assert launches[-1][2][3] is args[2]  # compute_out's cb argument
     assert args[2].shape == (1, 8, 1, 128, 128) and args[2].dtype == torch.float32
+
+
+@pytest.mark.parametrize("beside", [0, 1], ids=["after-the-walk", "beside-the-walk"])
+def test_c_b_in_scaled_fp16_comes_with_one_inverse_scale_per_compute_out_tile(beside: int) -> None:
+    """out_cb=3: chunk_cb (or its strided kernel beside the walk) stores C·Bᵀ in fp16 and a
+    float32 inverse scale per (64, 64) tile of compute_out, which reads both, scaled."""
+    config = SSDConfig(
+        state_cb=beside, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=3
+    )
+    launches = _recorded(config)
+    kernel_cb, args_cb = launches[2][1]._pyfunc.__name__, launches[2][2]
+    assert kernel_cb == ("chunk_cb_strided_kernel" if beside else "chunk_cb_kernel")
+    values, inv_scale = args_cb[2], args_cb[3]
+    assert values.shape == (1, 8, 1, 128, 128) and values.dtype == torch.float16
+    assert inv_scale.shape == (1, 8, 1, 2, 2) and inv_scale.dtype == torch.float32
+    assert args_cb[-1] is True  # SCALED
+    out = launches[-1][2]
+    assert out[3] is values and out[4] is inv_scale
+    assert out[25] is True and out[26] is True  # CB_PRE, CB_SCALED
+
+
+def test_scaled_c_b_beside_the_walk_needs_compute_out_rows_of_its_blocks() -> None:
+    """The strided kernel scales (64, 64) tiles; compute_out's 128-row tiles would read other
+    scales, so chunk_cb runs after the walk there."""
+    config = SSDConfig(
+        state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=3,
+        out_block_m=128,
+    )  # fmt: skip
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in _recorded(config)]
+    assert "chunk_cb_kernel" in names and "chunk_cb_strided_kernel" not in names
 
 
 @pytest.mark.parametrize(
