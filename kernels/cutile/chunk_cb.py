@@ -109,59 +109,66 @@ STRIDED_ROWS = 64
 STRIDED_SLICE = 128
 
 
+def _c_times_b_block(C, B, batch, chunk, group, m, k, Q: int, TM: int, TK: int, NS: int, N: int):
+    """Block (m, k), (TM, TK), of chunk `chunk`'s C·Bᵀ, summed over NS-wide dstate slices."""
+    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
+    zero = ct.PaddingMode.ZERO
+    acc = ct.zeros((TM, TK), dtype=ct.float32)
+    for s in range(N // NS):
+        c = ct.load(
+            C, index=(batch, chunk * (Q // TM) + m, group, s), shape=(1, TM, 1, NS),
+            padding_mode=zero,
+        )  # fmt: skip
+        b = ct.load(
+            B, index=(batch, s, group, chunk * (Q // TK) + k), shape=(1, NS, 1, TK),
+            order=(0, 3, 2, 1), padding_mode=zero,
+        )  # fmt: skip
+        acc = ct.mma(
+            c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
+        )
+    return acc
+
+
 @ct.kernel
 def chunk_cb_strided_kernel(
     C,  # (b, l, g, n)
     B,  # (b, l, g, n)
-    cb,  # (b, nchunks, g, Q, Q) float32, C's dtype or float16 (SCALED), every tile written
-    cb_scale,  # (b, nchunks, g, Q/TM, KB) float32: inverse scales (if SCALED)
+    cb,  # (b, nchunks, g, Q, Q) float32 or C's dtype, every tile written; with SCALED float16,
+    # the tiles on or below the diagonal
+    cb_scale,  # (b, nchunks, g, Q/TM, Q/TK) float32: inverse scales (if SCALED)
     nchunks: int,
     Q: ConstInt,
     TM: ConstInt,
+    TK: ConstInt,
     NS: ConstInt,
     N: ConstInt,
-    KB: ConstInt,
     SCALED: ConstBool,
 ):
     """A few CTAs beside a one-wave walk, on the SMs it leaves free (SSDConfig.state_cb): CTA
     `first` takes (chunk, group) items first, first + num_blocks(0), …, each whole, in (TM, Q)
-    row blocks summed over NS-wide dstate slices as chunk_cb_kernel sums them. SCALED: each row
-    block's KB tiles scaled as chunk_cb_kernel scales them (compute_out's rows must be TM)."""
+    row blocks summed over NS-wide dstate slices as chunk_cb_kernel sums them. SCALED: in
+    compute_out's (TM, TK) tiles up to the diagonal, each scaled as chunk_cb_kernel scales it
+    (a (TM, Q) block scaled per tile through a 3-D view made the kernel slower than the walk,
+    run 231)."""
     first, stride, batch = ct.bid(0), ct.num_blocks(0), ct.bid(1)
     groups = B.shape[2]
-    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
-    zero = ct.PaddingMode.ZERO
     for i in range((nchunks * groups - first + stride - 1) // stride):
         item = first + i * stride
         chunk = item // groups
         group = item - chunk * groups
         for m in range(Q // TM):
-            acc = ct.zeros((TM, Q), dtype=ct.float32)
-            for s in range(N // NS):
-                c = ct.load(
-                    C, index=(batch, chunk * (Q // TM) + m, group, s), shape=(1, TM, 1, NS),
-                    padding_mode=zero,
-                )  # fmt: skip
-                b = ct.load(
-                    B, index=(batch, s, group, chunk), shape=(1, NS, 1, Q), order=(0, 3, 2, 1),
-                    padding_mode=zero,
-                )  # fmt: skip
-                acc = ct.mma(
-                    c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, Q)).astype(mma_dtype),
-                    acc,
-                )  # fmt: skip
-            if SCALED:  # per (TM, Q/KB) tile, as chunk_cb_kernel scales compute_out's tiles
-                tiles = acc.reshape((TM, KB, Q // KB))
-                peak = ct.max(ct.max(ct.abs(tiles), axis=2), axis=0)
-                scale = CB_PEAK / ct.maximum(peak, CB_TINY)
-                acc = (tiles * scale[None, :, None]).reshape((TM, Q))
-                ct.store(
-                    cb_scale,
-                    index=(batch, chunk, group, m, 0),
-                    tile=(1.0 / scale).reshape((1, 1, 1, 1, KB)),
-                )
-            tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
-            ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
+            if SCALED:
+                for k in range((m + 1) * (TM // TK)):
+                    acc, inverse = scaled(
+                        _c_times_b_block(C, B, batch, chunk, group, m, k, Q, TM, TK, NS, N)
+                    )
+                    index = (batch, chunk, group, m, k)
+                    ct.store(cb_scale, index=index, tile=inverse.reshape((1, 1, 1, 1, 1)))
+                    ct.store(cb, index=index, tile=acc.astype(cb.dtype).reshape((1, 1, 1, TM, TK)))
+            else:
+                acc = _c_times_b_block(C, B, batch, chunk, group, m, 0, Q, TM, Q, NS, N)
+                tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
+                ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
 
 
 def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
@@ -229,9 +236,7 @@ def chunk_cb_beside(
     n_tile = pow2_tile(dstate)
     tm, ns = beside_rows(chunk_size), min(STRIDED_SLICE, n_tile)
     cb = _allocate(C, chunk_size, out_cb, tm, block_k)
-    args = (
-        C, B, *cb, nchunks, chunk_size, tm, ns, n_tile, chunk_size // block_k, out_cb == 3
-    )  # fmt: skip
+    args = (C, B, *cb, nchunks, chunk_size, tm, block_k, ns, n_tile, out_cb == 3)
     if is_recording():
         launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
         return cb
