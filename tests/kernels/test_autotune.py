@@ -482,7 +482,8 @@ def test_whole_state_walkers_write_c_h_at_dstate_256_where_one_per_head_fills_th
     assert config.state_carry == carry
     if carry:
         assert (config.state_block_n, config.state_occupancy, config.state_segments) == (256, 1, 1)
-        assert (config.out_chunk_heads, config.out_cb, config.out_heads) == (0, 1, 2)
+        # Change 80: C·Bᵀ in fp16 scaled per tile.
+        assert (config.out_chunk_heads, config.out_cb, config.out_heads) == (0, 3, 2)
         assert (config.out_occupancy, config.out_hint_decays) == (3, 1)
         # Change 71: the long walks' loads at 6, the short ones' at 4.
         assert config.state_latency == (6 if seqlen > config_module.CHAIN_SEQLEN else 4)
