@@ -178,6 +178,7 @@ def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
 
 
 def _allocate(C: torch.Tensor, chunk_size: int, out_cb: int, block_m: int, block_k: int) -> ChunkCB:
+    """Empty outputs of either chunk_cb kernel, `out_cb`'s dtype, scales per (block_m, block_k)."""
     batch, seqlen, ngroups, _ = C.shape
     nchunks = -(-seqlen // chunk_size)
     values = torch.empty(

@@ -382,18 +382,17 @@ def compute_out_launch(
     grid = (nheads // hb, nchunks * (chunk_size // tm), batch)
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = reads_chunk_cb(config, chunk_size)
-    if cb is None:  # not computed beside the walk (config.state_cb)
-        cb = (
-            chunk_cb(C, B, chunk_size, tm, tk, config.out_cb, bool(config.dependent_launch))
-            if cb_pre
-            else ChunkCB(*(torch.empty(1, 1, 1, 1, 1, device=x.device),) * 2)
-        )
+    if cb is None and cb_pre:  # not computed beside the walk (config.state_cb)
+        cb = chunk_cb(C, B, chunk_size, tm, tk, config.out_cb, bool(config.dependent_launch))
+    elif cb is None:
+        placeholder = torch.empty(1, 1, 1, 1, 1, device=x.device)
+        cb = ChunkCB(placeholder, placeholder)
     args = (
         x, B, C, *cb, sp.states, *seg_args, dt_out, dA_cumsum, d_arg, z_arg, out, heads_per_group,
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, cb_pre and config.out_cb == 3, bool(config.out_rank1),
-        config.out_latency,
-        bool(config.out_hint_decays), fold, chained(config, chunk_size), sp.carry,
+        config.out_latency, bool(config.out_hint_decays), fold, chained(config, chunk_size),
+        sp.carry,
     )  # fmt: skip
     return grid, kernel, args
 

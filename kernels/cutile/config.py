@@ -484,9 +484,9 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         # registers, the walk +60 to +63 % (runs 202-204, change 71). Beyond CHAIN_SEQLEN the four
         # SMs the walkers leave free compute C·Bᵀ beside the walk instead of chunk_cb after it
         # (run 213: −1.0 % at 16K/128/256, −0.8 % at 64K; +2.9 % at 2K; change 76). C·Bᵀ in fp16
-        # scaled per tile: compute_out −7.6 to −7.7 %, the forward −4.2 to −4.4 % in graph mode
-        # and −4.9 to −6.7 % in eager mode at 8K-64K, the error 1.997e-3 → 2.001e-3 (bf16's
-        # 2.24e-3; run 232, change 80).
+        # scaled per tile: compute_out −6 to −8 %, the forward −4.2 to −4.4 % in graph mode and
+        # −2.2 to −6.7 % in eager mode at 8K-64K, −1.5 % at 1K and −3.6 % at 4K; the error
+        # 1.997e-3 → 2.001e-3, where bf16 gives 2.24e-3 (runs 232-233, change 80).
         return replace(
             walk, state_carry=1, state_block_n=256, state_occupancy=1, out_cb=3, out_heads=2,
             out_occupancy=3, out_rank1=1, out_latency=4, out_hint_decays=1,

@@ -92,6 +92,8 @@ def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: 
         {"dependent_launch": 2},
         {"state_latency": 0},
         {"out_latency": 11},
+        {"out_cb": 4},
+        {"state_warps": 4},
     ],
 )
 def test_unusable_configs_are_rejected(bad: dict) -> None:

@@ -26,7 +26,7 @@ from kernels.cutile.resources import (
 )
 
 RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-e4c7cb2.jsonl"
+SYMBOLS = RUNS / "symbols-c6dbfe2.jsonl"
 
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
