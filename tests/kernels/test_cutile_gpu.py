@@ -296,9 +296,9 @@ CB_CASES = {
 }  # fmt: skip
 
 
-# C·Bᵀ in fp16 scaled per tile (out_cb=3): after the walk over the carry walk's rows (ragged,
-# groups, initial states) and beside it, where a (64, 64) tile of compute_out spans two of the
-# strided kernel's column blocks (chunks of 256).
+# C·Bᵀ in fp16 scaled per tile (out_cb=3), from chunk_cb after the walk (these run eager; the
+# strided kernel beside the walk runs in the graph tests below): over the carry walk's rows
+# (ragged, groups, initial states), and at dstate 128 over chunks of 256 (16 tiles a chunk) with z.
 SCALED_CB_CASES = {
     "cb-scaled-fp16-carry-pairs-initial-ragged": (
         CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
