@@ -275,6 +275,8 @@ def fwd_pass_state_kernel(
         )  # fmt: skip
 
 
+# config.state_warps: two consumer warpgroups, each taking half a walker's state columns; the walk
+# 2.2-3.4x slower at dstate 256 (H200, run 229), so no default uses it.
 fwd_pass_state_kernel_8_warps = fwd_pass_state_kernel.replace_hints(num_worker_warps=8)
 
 
@@ -422,9 +424,8 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     dstate 128 and 256, 1-2 µs), each then computes one every other step or less and is done with
     the walk; beside the 32-head walk's 0.7 µs steps four took 1.5x the walk (run 217). C·Bᵀ
     scaled per tile (out_cb=3) needs compute_out's row blocks to be that kernel's."""
-    scales_fit = config.out_cb != 3 or min(config.out_block_m, walk.chunk_size) == beside_rows(
-        walk.chunk_size
-    )
+    out_rows = min(config.out_block_m, walk.chunk_size)
+    scales_fit = config.out_cb != 3 or out_rows == beside_rows(walk.chunk_size)
     if not (
         config.state_cb
         and reads_chunk_cb(config, walk.chunk_size)
