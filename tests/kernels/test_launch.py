@@ -140,8 +140,8 @@ def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> Non
 
 
 def test_state_warps_launch_the_walk_built_for_two_warpgroups() -> None:
-    """state_warps=8 (measured 2-3.4x slower, run 229) launches the walk's kernel with eight
-    worker warps, its other arguments as without."""
+    """state_warps=8 (the walk measured 2.2-3.4x slower, run 229) launches the walk's kernel
+    with eight worker warps, its other arguments as without."""
     from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel_8_warps
 
     default, eight = (
