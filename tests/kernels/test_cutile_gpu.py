@@ -114,22 +114,33 @@ def _seed(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def _run(fn, inputs: SSDInputs):
+def _run(fn, inputs: SSDInputs, captured: bool = False):
+    """`fn`'s (out, final states or None) on fresh NaN-poisoned memory; `captured`: the call
+    captured into a CUDA graph, its outputs poisoned, then replayed (`_replayed`)."""
     poison_cuda_allocator("cuda", 1 << 30)
-    result = fn(**inputs.kwargs())
+    result = _replayed(fn, inputs.kwargs()) if captured else fn(**inputs.kwargs())
     torch.cuda.synchronize()
     return result if isinstance(result, tuple) else (result, None)
 
 
-def _check(name: str, problem: Problem, inputs: SSDInputs, config: SSDConfig | None = None) -> None:
+def _check(
+    name: str,
+    problem: Problem,
+    inputs: SSDInputs,
+    config: SSDConfig | None = None,
+    captured: bool = False,
+) -> None:
+    """cuTile's forward (eager, or `captured` into a CUDA graph and replayed) against float64
+    and against mamba_ssm's Triton."""
     from kernels.cutile.ssd import ssd_forward as cutile_forward
     from kernels.reference import ssd_forward as reference_forward
     from kernels.triton_ssd import ssd_forward as triton_forward
 
-    out, final = _run(functools.partial(cutile_forward, config=config), inputs)
+    out, final = _run(functools.partial(cutile_forward, config=config), inputs, captured)
     ref_out, ref_final = _run(reference_forward, inputs)
     err = relative_error(out, ref_out)
-    print(f"[cutile-vs-float64] {name} dtype={problem.dtype} out={err:.3e}", end="")
+    mode = "graph" if captured else "eager"
+    print(f"[cutile-vs-float64] {name} {mode} dtype={problem.dtype} out={err:.3e}", end="")
     assert out.dtype == inputs.x.dtype and out.shape == inputs.x.shape
     assert passes(err, problem.dtype), f"out rel err {err} > {TOLERANCE[problem.dtype]}"
     if problem.return_final_states:
@@ -280,9 +291,10 @@ CARRY_CASES = {
 
 
 # compute_out's C·Bᵀ computed beside the walk on the SMs its wave leaves free (state_cb, a kernel
-# on a second stream): over the carry walk at dstate 256 (ragged, groups, initial states), and
-# over 128-column walkers at dstate 128 over chunks of 256 (fp16, z, D per head-dim), where every
-# chunk of every group is one of many CTAs' turns.
+# on a second stream, in CUDA graphs only: test_problems_beside_the_walk_in_a_cuda_graph; eager,
+# chunk_cb runs after the walk): over the carry walk at dstate 256 (ragged, groups, initial
+# states), and over 128-column walkers at dstate 128 over chunks of 256 (fp16, z, D per
+# head-dim), where every chunk of every group is one of many CTAs' turns.
 CB_CASES = {
     "cb-beside-walk-carry-pairs-initial-ragged": (
         CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
@@ -296,13 +308,17 @@ CB_CASES = {
 }  # fmt: skip
 
 
-# C·Bᵀ in fp16 scaled per tile (out_cb=3), from chunk_cb after the walk (these run eager; the
-# strided kernel beside the walk runs in the graph tests below): over the carry walk's rows
-# (ragged, groups, initial states), and at dstate 128 over chunks of 256 (16 tiles a chunk) with z.
+# C·Bᵀ in fp16 scaled per tile (out_cb=3), from chunk_cb after the walk and, where state_cb is
+# set, from the strided kernel beside it in CUDA graphs: over the carry walk's rows (ragged,
+# groups, initial states), and at dstate 128 over chunks of 256 (16 tiles a chunk) with z.
 SCALED_CB_CASES = {
     "cb-scaled-fp16-carry-pairs-initial-ragged": (
         CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
         replace(CARRY_CASES["carry-cb-pairs-initial-ragged"][1], out_cb=3),
+    ),
+    "cb-scaled-fp16-beside-walk-carry-pairs-initial-ragged": (
+        CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
+        replace(CARRY_CASES["carry-cb-pairs-initial-ragged"][1], out_cb=3, state_cb=1),
     ),
     "cb-scaled-fp16-beside-walk-N128-Q256-z": (
         dict(seqlen=1800, nheads=16, ngroups=4, dstate=128, has_z=True),
@@ -312,6 +328,7 @@ SCALED_CB_CASES = {
 
 
 PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES, **CB_CASES, **SCALED_CB_CASES}
+BESIDE_CASES = [name for name, (_, config) in PROBLEM_CONFIGS.items() if config.state_cb]
 
 
 @pytest.mark.parametrize("name", list(PROBLEM_CONFIGS))
@@ -319,6 +336,23 @@ def test_problems_under_configurations(name: str) -> None:
     fields, config = PROBLEM_CONFIGS[name]
     problem = replace(BASE, **fields)
     _check(name, problem, make_inputs(problem, seed=_seed(name), device="cuda"), config)
+
+
+@pytest.mark.parametrize("name", BESIDE_CASES)
+def test_problems_beside_the_walk_in_a_cuda_graph(name: str) -> None:
+    """The state_cb cases as graph mode runs them: captured, so that chunk_cb's strided kernel
+    computes C·Bᵀ beside the walk (checked in the launches recorded for this GPU's SMs), then
+    replayed onto poisoned outputs and checked like any case."""
+    from harness.inputs import meta_inputs
+    from kernels.cutile.signatures import forward_launches
+
+    fields, config = PROBLEM_CONFIGS[name]
+    problem = replace(BASE, **fields)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    launched = [n for n, _, _ in forward_launches(meta_inputs(problem).kwargs(), config, sms)]
+    assert "chunk_cb_strided_kernel" in launched, launched
+    inputs = make_inputs(problem, seed=_seed(name + "-graph"), device="cuda")
+    _check(name, problem, inputs, config, captured=True)
 
 
 @pytest.mark.parametrize(
@@ -423,13 +457,14 @@ def test_tuner_picks_a_config_that_matches_the_reference(tmp_path) -> None:
     _check("tuned", problem, inputs, config)
 
 
-def _replayed(forward, kwargs: dict) -> torch.Tensor:
-    """`forward`'s output captured into a CUDA graph (the captured path: state_cb's strided
-    kernel beside the walk), the output poisoned, then replayed."""
+def _replayed(forward, kwargs: dict):
+    """`forward`'s output (a tensor or a tuple of them) captured into a CUDA graph (the captured
+    path: state_cb's strided kernel beside the walk), poisoned, then replayed."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = forward(**kwargs)
-    captured.fill_(float("nan"))
+    for tensor in captured if isinstance(captured, tuple) else (captured,):
+        tensor.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
     return captured
