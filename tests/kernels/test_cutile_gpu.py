@@ -464,7 +464,8 @@ def _replayed(forward, kwargs: dict):
     with torch.cuda.graph(graph):
         captured = forward(**kwargs)
     for tensor in captured if isinstance(captured, tuple) else (captured,):
-        tensor.fill_(float("nan"))
+        if tensor is not None:
+            tensor.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
     return captured
