@@ -47,6 +47,33 @@ class ChunkCB(NamedTuple):
     inv_scale: torch.Tensor  # (b, nchunks, g, Q/TM, Q/TK) float32 (out_cb=3), else a placeholder
 
 
+def _c_times_b_block(C, B, batch, group, row_block, k_tile, TM: int, TK: int, NS: int, N: int):
+    """C[row_block]·B[k_tile]ᵀ, (TM, TK) (the blocks counted along the sequence), summed over
+    NS-wide dstate slices."""
+    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
+    zero = ct.PaddingMode.ZERO
+    acc = ct.zeros((TM, TK), dtype=ct.float32)
+    for s in range(N // NS):
+        c = ct.load(C, index=(batch, row_block, group, s), shape=(1, TM, 1, NS), padding_mode=zero)
+        b = ct.load(
+            B, index=(batch, s, group, k_tile), shape=(1, NS, 1, TK), order=(0, 3, 2, 1),
+            padding_mode=zero,
+        )  # fmt: skip
+        acc = ct.mma(
+            c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
+        )
+    return acc
+
+
+def _store_block(cb, cb_scale, index, acc, SCALED: bool):
+    """Store one (TM, TK) block of C·Bᵀ in cb's dtype at `index` (batch, chunk, group, m, k);
+    SCALED: scaled first (`scaled`), its inverse scale stored in cb_scale at the same index."""
+    if SCALED:
+        acc, inverse = scaled(acc)
+        ct.store(cb_scale, index=index, tile=inverse.reshape((1, 1, 1, 1, 1)))
+    ct.store(cb, index=index, tile=acc.astype(cb.dtype).reshape((1, 1, 1, *acc.shape)))
+
+
 @ct.kernel
 def chunk_cb_kernel(
     C,  # (b, l, g, n)
@@ -69,64 +96,17 @@ def chunk_cb_kernel(
     blocks_per_chunk = Q // TM
     chunk = row_block // blocks_per_chunk
     m_block = row_block % blocks_per_chunk
-    zero = ct.PaddingMode.ZERO
-    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
-    slices = N // NS
     k_blocks_per_chunk = Q // TK
     for k_block in range((m_block + 1) * (TM // TK)):
-        acc = ct.zeros((TM, TK), dtype=ct.float32)
-        for s in range(slices):
-            c = ct.load(
-                C, index=(batch, row_block, group, s), shape=(1, TM, 1, NS), padding_mode=zero
-            )
-            b = ct.load(
-                B,
-                index=(batch, s, group, chunk * k_blocks_per_chunk + k_block),
-                shape=(1, NS, 1, TK),
-                order=(0, 3, 2, 1),
-                padding_mode=zero,
-            )
-            acc = ct.mma(
-                c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
-            )
-        if SCALED:
-            acc, inverse = scaled(acc)
-            ct.store(
-                cb_scale,
-                index=(batch, chunk, group, m_block, k_block),
-                tile=inverse.reshape((1, 1, 1, 1, 1)),
-            )
-        ct.store(
-            cb,
-            index=(batch, chunk, group, m_block, k_block),
-            tile=acc.astype(cb.dtype).reshape((1, 1, 1, TM, TK)),
-        )
+        k_tile = chunk * k_blocks_per_chunk + k_block
+        acc = _c_times_b_block(C, B, batch, group, row_block, k_tile, TM, TK, NS, N)
+        _store_block(cb, cb_scale, (batch, chunk, group, m_block, k_block), acc, SCALED)
 
 
 # The strided kernel's blocks: (STRIDED_ROWS, Q) rows of a chunk's C·Bᵀ over STRIDED_SLICE-wide
 # dstate slices (over chunks of 128: C's 16 KB and B's 32 KB tiles, a 32-register accumulator).
 STRIDED_ROWS = 64
 STRIDED_SLICE = 128
-
-
-def _c_times_b_block(C, B, batch, chunk, group, m, k, Q: int, TM: int, TK: int, NS: int, N: int):
-    """Block (m, k), (TM, TK), of chunk `chunk`'s C·Bᵀ, summed over NS-wide dstate slices."""
-    mma_dtype = ct.tfloat32 if C.dtype == ct.float32 else C.dtype
-    zero = ct.PaddingMode.ZERO
-    acc = ct.zeros((TM, TK), dtype=ct.float32)
-    for s in range(N // NS):
-        c = ct.load(
-            C, index=(batch, chunk * (Q // TM) + m, group, s), shape=(1, TM, 1, NS),
-            padding_mode=zero,
-        )  # fmt: skip
-        b = ct.load(
-            B, index=(batch, s, group, chunk * (Q // TK) + k), shape=(1, NS, 1, TK),
-            order=(0, 3, 2, 1), padding_mode=zero,
-        )  # fmt: skip
-        acc = ct.mma(
-            c.reshape((TM, NS)).astype(mma_dtype), b.reshape((NS, TK)).astype(mma_dtype), acc
-        )
-    return acc
 
 
 @ct.kernel
@@ -157,18 +137,15 @@ def chunk_cb_strided_kernel(
         chunk = item // groups
         group = item - chunk * groups
         for m in range(Q // TM):
+            row_block = chunk * (Q // TM) + m
             if SCALED:
                 for k in range((m + 1) * (TM // TK)):
-                    acc, inverse = scaled(
-                        _c_times_b_block(C, B, batch, chunk, group, m, k, Q, TM, TK, NS, N)
-                    )
-                    index = (batch, chunk, group, m, k)
-                    ct.store(cb_scale, index=index, tile=inverse.reshape((1, 1, 1, 1, 1)))
-                    ct.store(cb, index=index, tile=acc.astype(cb.dtype).reshape((1, 1, 1, TM, TK)))
+                    k_tile = chunk * (Q // TK) + k
+                    acc = _c_times_b_block(C, B, batch, group, row_block, k_tile, TM, TK, NS, N)
+                    _store_block(cb, cb_scale, (batch, chunk, group, m, k), acc, True)
             else:
-                acc = _c_times_b_block(C, B, batch, chunk, group, m, 0, Q, TM, Q, NS, N)
-                tile = acc.astype(cb.dtype).reshape((1, 1, 1, TM, Q))
-                ct.store(cb, index=(batch, chunk, group, m, 0), tile=tile)
+                acc = _c_times_b_block(C, B, batch, group, row_block, chunk, TM, Q, NS, N)
+                _store_block(cb, cb_scale, (batch, chunk, group, m, 0), acc, False)
 
 
 def cb_dtype(out_cb: int, input_dtype: torch.dtype) -> torch.dtype:
