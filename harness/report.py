@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from PIL import Image
 
-from harness import analysis, markdown, plots, records, targets
+from harness import analysis, environment, markdown, plots, records, targets
 from harness.config import planned_points
 from harness.peaks import run_rates
 
@@ -121,21 +122,30 @@ def workers_table(workers: list[dict]) -> str:
                 env.get("cuda_visible_devices") or "",
                 worker_state(w, workers),
                 w.get("measured", ""),
-                _rates_text(w.get("peaks") or {}),
+                _rates_text(w.get("peaks") or {}, w.get("peaks_clocks")),
                 prepared_text(w.get("prepared") or {}),
             )
         )
     header = ("worker", "shard", "GPU", "GPU uuid", "host", "CUDA_VISIBLE_DEVICES", "state",
-              "points measured", "bf16 TFLOP/s, copy GB/s", "compiled first")  # fmt: skip
+              "points measured", "bf16 TFLOP/s, copy GB/s (SM clock after)",
+              "compiled first")  # fmt: skip
     return markdown.table(header, rows)
 
 
-def _rates_text(peaks: dict) -> str:
-    """A worker's own measured rates, which its rows' frac_peak_* divide by (harness.peaks);
-    empty for workers recorded before each measured its own."""
+def _rates_text(peaks: dict, clocks: dict | None) -> str:
+    """A worker's own measured rates, which its rows' frac_peak_* divide by (harness.peaks), and
+    the SM clock read right after them, with any load-imposed limiting reason: a rate measured on
+    a GPU held down by earlier work is low and flatters those fractions. Empty for workers
+    recorded before each measured its own; no clock for those recorded before it was read."""
     if not peaks:
         return ""
-    return f"{peaks['bf16_tflops']:.0f}, {peaks['copy_gbps']:.0f}"
+    text = f"{peaks['bf16_tflops']:.0f}, {peaks['copy_gbps']:.0f}"
+    sm = environment.reading((clocks or {}).get("clocks.sm"))
+    if math.isnan(sm):
+        return text
+    reasons = environment.reading(clocks.get("clocks_throttle_reasons.active"))
+    held = 0 if math.isnan(reasons) else int(reasons) & environment.HELD_REASONS
+    return f"{text} ({sm:.0f} MHz{f', reasons {held:#x}' if held else ''})"
 
 
 def prepared_text(prepared: dict[str, dict]) -> str:

@@ -3,16 +3,16 @@
 Order of work: validate the config and build every point (no GPU touched yet), keep this shard's
 share (harness/sharding.py; all of them unless shard.count > 1); open the run directory (new, or
 resumed: see `open_run`; shards of one sweep share it) and record this worker in it; measure this
-GPU's peaks (each worker its own, into its record; the run's creator also into meta.json); then
-for each point not yet measured: make its inputs once (fixed seed), check each provider's answer
-before timing it (against the float64 reference, or a peer when the reference would not fit),
-time the providers that answered right in each mode with their repetitions interleaved, and
-write one part file per provider. Under chunk_policy=fastest each provider is checked at the
-problem's chunk length and at its half, and timed at the one it runs faster. A wrong answer is
-recorded as status "wrong" and never timed; an exception (including running out of memory)
-becomes status "error" for that provider, mode or point, and the sweep goes on. Only a broken
-CUDA context (a sticky error such as an illegal address) stops it, after recording the culprit,
-since every later point would fail too: rerun to resume.
+GPU's peaks (each worker its own, into its record with the clocks read right after them; the
+run's creator also into meta.json); then for each point not yet measured: make its inputs once
+(fixed seed), check each provider's answer before timing it (against the float64 reference, or a
+peer when the reference would not fit), time the providers that answered right in each mode with
+their repetitions interleaved, and write one part file per provider. Under chunk_policy=fastest
+each provider is checked at the problem's chunk length and at its half, and timed at the one it
+runs faster. A wrong answer is recorded as status "wrong" and never timed; an exception
+(including running out of memory) becomes status "error" for that provider, mode or point, and
+the sweep goes on. Only a broken CUDA context (a sticky error such as an illegal address) stops
+it, after recording the culprit, since every later point would fail too: rerun to resume.
 
 Device, timer, peaks and environment are injectable so that the whole loop runs on CPU in tests.
 """
@@ -685,17 +685,20 @@ def run(
         torch.cuda.set_device(device)
     env = env if env is not None else environment.capture(cfg.device if on_cuda else None)
 
-    @functools.cache  # the worker that creates the run measures once, for meta.json and itself
-    def measure_peaks() -> dict:
-        if peaks is not None:
-            return peaks
-        from harness.peaks import measure_peaks as measure_gpu_peaks
-
-        return measure_gpu_peaks(device)
-
-    run_dir, meta = open_run(cfg, env, measure_peaks)
     if read_clocks is None:
         read_clocks = (lambda: environment.clocks(cfg.device)) if on_cuda else (lambda: None)
+
+    @functools.cache  # the worker that creates the run measures once, for meta.json and itself
+    def measure_peaks() -> tuple[dict, dict | None]:
+        """The rates, and the GPU's clocks read right after them: a GPU still held down by work
+        that ran just before reads a low rate, which would flatter every frac_peak_* column."""
+        if peaks is not None:
+            return peaks, read_clocks()
+        from harness.peaks import measure_peaks as measure_gpu_peaks
+
+        return measure_gpu_peaks(device), read_clocks()
+
+    run_dir, meta = open_run(cfg, env, lambda: measure_peaks()[0])
     timer = timer or _default_timer(cfg, env)
     worker = {
         "worker": worker_id(),
@@ -715,7 +718,7 @@ def run(
     todo = [(p, vs) for p, vs in todo if vs]
     # Rows divide by the rates of the GPU that times them: a resumed run's later calls may run on
     # other nodes (harness.peaks).
-    worker["peaks"] = measure_peaks() if todo else None
+    worker["peaks"], worker["peaks_clocks"] = measure_peaks() if todo else (None, None)
     sweep = Sweep(
         cfg, device, timer, worker["peaks"] or {}, run_dir, env["gpu"]["name"], read_clocks, sleep
     )

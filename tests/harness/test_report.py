@@ -240,3 +240,10 @@ def test_the_workers_table_gives_the_rates_each_worker_measured() -> None:
     ]
     table = report.workers_table(workers)
     assert "| done | 7 |  |" in table and "| done | 56 | 772, 4098 |" in table
+    clocks = {"clocks.sm": "1980", "clocks_throttle_reasons.active": "0x1"}  # idle: not named
+    workers[1]["peaks_clocks"] = clocks
+    assert "| 772, 4098 (1980 MHz) |" in report.workers_table(workers)
+    workers[1]["peaks_clocks"] = {"clocks.sm": "1455", "clocks_throttle_reasons.active": "0x5"}
+    assert "| 772, 4098 (1455 MHz, reasons 0x4) |" in report.workers_table(workers)
+    workers[1]["peaks_clocks"] = {"clocks.sm": "[N/A]"}
+    assert "| 772, 4098 |" in report.workers_table(workers)

@@ -264,6 +264,23 @@ def test_each_worker_divides_its_rows_by_its_own_gpus_rates(tmp_path: Path, monk
         )
 
 
+def test_each_worker_records_the_clocks_read_right_after_its_rates(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A GPU still held down by earlier work measures a low rate, which flatters every frac_peak_*
+    column: each worker records the clock reading taken right after its rates, before any point;
+    a worker with nothing left to measure measures neither."""
+    readings = iter([HELD, *[FREE] * 20])
+    cfg = make_cfg(tmp_path, ["good"], "sweep.seqlen=[32]", "run_id=r1")
+    for name in ("node1:1", "node2:1"):  # the second call finds every point measured
+        monkeypatch.setattr(runner, "worker_id", lambda name=name: name)
+        runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV,
+                   read_clocks=lambda: next(readings))  # fmt: skip
+    first, idle = sorted(records.read_workers(tmp_path / "cpu" / "r1"), key=lambda w: w["worker"])
+    assert (first["peaks"], first["peaks_clocks"]) == (PEAKS, HELD)
+    assert (idle["peaks"], idle["peaks_clocks"]) == (None, None)
+
+
 def test_worker_names_stay_unique_where_pids_repeat(monkeypatch) -> None:
     """Fresh nodes boot alike, so a resumed run's calls may get the same pid (and a requeued SLURM
     task keeps its id): each interpreter's worker name carries a token of its own, so that no
@@ -461,8 +478,9 @@ FREE = {"clocks.sm": "1980", "clocks.max.sm": "1980", "clocks_throttle_reasons.a
 
 def _held_run(tmp_path: Path, readings: list[dict], *overrides: str):
     """One point, graph mode only, the clocks read after each timing taken from `readings`
-    (the last repeated); returns (rows, the cooldowns slept, timings made)."""
-    left = iter(readings)
+    (the last repeated; the worker's reading after its rates comes first, FREE); returns (rows,
+    the cooldowns slept, timings made)."""
+    left = iter([FREE, *readings])
     read: list[dict] = []
 
     def clocks() -> dict:
@@ -475,7 +493,7 @@ def _held_run(tmp_path: Path, readings: list[dict], *overrides: str):
     run_dir = runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV,
                          read_clocks=clocks, sleep=slept.append)  # fmt: skip
     df, _ = records.load_run(run_dir)
-    return df, slept, len(read)
+    return df, slept, len(read) - 1
 
 
 def test_a_mode_timed_at_a_held_clock_is_timed_again_after_a_cooldown(tmp_path: Path) -> None:
