@@ -12,6 +12,7 @@ import argparse
 import io
 import math
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -29,13 +30,26 @@ _MS = ("median_ms", "ci_low_ms", "ci_high_ms")
 
 
 def latest_run(results: Path) -> Path:
-    """Newest run directory, results/<gpu-slug>/<run-id>/, by modification time; the reference
-    runs under results/baselines/ are skipped. FileNotFoundError when there is none."""
+    """Newest run directory, results/<gpu-slug>/<run-id>/, by the time its meta.json says it was
+    created (a clone's files all carry the checkout's time), then by modification time; the
+    reference runs under results/baselines/ are skipped. FileNotFoundError when there is none."""
     markers = [*results.glob("*/*/meta.json"), *results.glob("*/*/results.parquet")]
     runs = {m.parent for m in markers if m.parent.parent.name != "baselines"}
     if not runs:
         raise FileNotFoundError(f"no run directory under {results}")
-    return max(runs, key=lambda run: max(f.stat().st_mtime for f in run.iterdir()))
+    return max(runs, key=_created)
+
+
+def _created(run: Path) -> tuple[str, float]:
+    """(meta.json's "created", UTC ISO, else the newest file's time in that form; that time)."""
+    modified = max(f.stat().st_mtime for f in run.iterdir())
+    try:
+        created = records.read_meta(run).get("created")
+    except (records.RecordsError, OSError, ValueError):
+        created = None
+    if not isinstance(created, str) or not created:
+        created = datetime.fromtimestamp(modified, timezone.utc).isoformat(timespec="seconds")
+    return created, modified
 
 
 def gpu_title(df: pd.DataFrame) -> str:

@@ -131,6 +131,23 @@ def test_latest_run_skips_baselines(tmp_path: Path) -> None:
         report.latest_run(tmp_path / "empty")
 
 
+def test_latest_run_goes_by_when_a_run_was_created_not_by_its_files(tmp_path: Path) -> None:
+    """In a fresh clone every file carries the checkout's time, in no useful order: the newest
+    run is the one its meta.json says was created last. A run without a readable meta.json
+    competes by its files' time."""
+    meta = {**synthetic_meta("a"), "created": "2026-12-04T21:00:00+00:00"}
+    created_last = write_run(tmp_path / "nvidia-h200" / "a", synthetic_table(), meta)
+    touched_last = write_run(tmp_path / "nvidia-h200" / "b", synthetic_table(), synthetic_meta("b"))
+    for f in created_last.iterdir():
+        os.utime(f, (1, 1))
+    for f in touched_last.iterdir():  # files from 2038, a run created on 2026-11-29
+        os.utime(f, (2**31, 2**31))
+    assert report.latest_run(tmp_path) == created_last
+    (created_last / "meta.json").write_text("{torn")
+    os.utime(created_last / "meta.json", (1, 1))  # its files' time, 1970, against 2026-11-29
+    assert report.latest_run(tmp_path) == touched_last
+
+
 def test_report_on_a_run_with_nothing_timed(tmp_path: Path) -> None:
     table = synthetic_table(modes=("graph",))
     table.loc[table["provider"] == "cutile", ["status", "error"]] = ["unsupported", "no sm_90"]
