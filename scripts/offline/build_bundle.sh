@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the offline bundle for GPU nodes without internet, once per machine.
 #
-# The bundle holds what a GPU node's image lacks (see README "Offline GPU nodes"):
+# The bundle holds what a GPU node's image lacks (see README "GPU nodes without internet"):
 #   toolchain.tar.xz  tileiras/ptxas/libnvvm/libdevice of release $TOOLCHAIN (default below), the
 #                     only files cuTile needs from the nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm
 #                     wheels (13.5.37: 232 MB raw, 59.2 MiB xz)
