@@ -19,6 +19,7 @@ import yaml
 
 from harness import analysis, markdown
 from harness.history import best_fraction_of_peak
+from harness.peaks import row_rate
 
 MIN_SPEEDUP = 1.14  # at every point, graph mode
 EAGER_MIN_SPEEDUP = 1.0  # never slower than the baseline in eager mode
@@ -62,21 +63,23 @@ def evaluate(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> lis
 
 def _lowest(goal: str, table: pd.DataFrame, floor: float, candidate: str) -> Target:
     """Met when every point of `table` is timed and the lowest speedup reaches `floor`; where
-    points fall short, the cut in the candidate's time each needs, and the largest."""
-    timed = table[table["timed"]]
+    points fall short, the cut in the candidate's time each needs, and the largest. A point not
+    timed (a provider failed its check or its timing) counts against the target."""
+    if table.empty:
+        return Target(goal, "no point", None)
+    timed, untimed = table[table["timed"]], table[~table["timed"]]
     if timed.empty:
-        return Target(goal, "no point timed", None)
+        return Target(goal, f"none of {len(table)} points timed", False, *_untimed(untimed))
     low, high = timed.loc[timed["speedup"].idxmin()], timed["speedup"].max()
     measured = (
         f"{markdown.ratio(low['speedup'])}–{markdown.ratio(high)} at {len(timed)} points, lowest "
         f"at {_label(low)}"
     )
-    if len(timed) < len(table):
-        measured += f"; {len(table) - len(timed)} not timed"
-    met = bool(low["speedup"] >= floor) and len(timed) == len(table)
+    if len(untimed):
+        measured += f"; {len(untimed)} not timed"
     short = timed[timed["speedup"] < floor]
-    if met or short.empty:
-        return Target(goal, measured, met)
+    if short.empty:
+        return Target(goal, measured, untimed.empty, *_untimed(untimed))
     cuts = 1.0 - short["speedup"] / floor
     low_cut, high_cut = _percent(cuts.min()), _percent(cuts.max())
     span = high_cut if low_cut == high_cut else f"{low_cut.removesuffix(' %')}–{high_cut}"
@@ -84,25 +87,44 @@ def _lowest(goal: str, table: pd.DataFrame, floor: float, candidate: str) -> Tar
         f"{len(short)} of {len(timed)} points short: {candidate}'s time {span} lower, the most "
         f"at {_label(low)}"
     )
-    return Target(goal, measured, met, needs, tuple(short["point"]))
+    more, untimed_points = _untimed(untimed)
+    needs += f"; {more}" if more else ""
+    return Target(goal, measured, False, needs, (*short["point"], *untimed_points))
+
+
+def _untimed(untimed: pd.DataFrame) -> tuple[str, tuple[str, ...]]:
+    """(what the target needs of its points not timed, those points); empty when all were."""
+    if untimed.empty:
+        return "", ()
+    text = f"{len(untimed)} not timed, where a provider failed its check or its timing"
+    return text, tuple(untimed["point"])
 
 
 def _geomean(graph: pd.DataFrame, candidate: str) -> Target:
+    """Met when every point is timed and their geometric mean reaches the goal: a point left out
+    (a provider failed there) would otherwise lift the mean by its absence."""
     goal = f"geomean ≥ {GEOMEAN_SPEEDUP}x (graph)"
-    summary = analysis.summarize(graph)
+    if graph.empty:
+        return Target(goal, "no point", None)
+    summary, untimed = analysis.summarize(graph), graph[~graph["timed"]]
     if not summary["timed"]:
-        return Target(goal, "no point timed", None)
+        return Target(goal, f"none of {len(graph)} points timed", False, *_untimed(untimed))
     measured = f"{markdown.ratio(summary['geomean'])} over {summary['timed']} points"
+    if len(untimed):
+        measured += f"; {len(untimed)} not timed"
     if summary["geomean"] >= GEOMEAN_SPEEDUP:
-        return Target(goal, measured, True)
+        return Target(goal, measured, untimed.empty, *_untimed(untimed))
     cut = 1.0 - summary["geomean"] / GEOMEAN_SPEEDUP
     needs = f"{candidate}'s time {_percent(cut)} lower at every point (in geometric mean)"
+    more, _ = _untimed(untimed)
+    needs += f"; {more}" if more else ""
     return Target(goal, measured, False, needs, tuple(graph.loc[graph["timed"], "point"]))
 
 
 def _peak(df: pd.DataFrame, meta: dict, candidate: str) -> Target:
     """The candidate's best fraction of the measured bf16 rate among the points at the run's
-    longest sequence length, FLOPs counted at the problem's chunk length."""
+    longest sequence length, FLOPs counted at the problem's chunk length. Missed where the
+    candidate has bf16 rows there and a measured rate but was timed at none of them."""
     goal = f"≥ {100 * PEAK_FRACTION:.0f} % of the measured bf16 matmul rate at the longest L"
     graph = df[df["mode"] == "graph"]
     if graph.empty:
@@ -110,7 +132,12 @@ def _peak(df: pd.DataFrame, meta: dict, candidate: str) -> Target:
     longest = graph[graph["seqlen"] == graph["seqlen"].max()]
     fraction, point = best_fraction_of_peak(longest, meta, candidate, "graph")
     if math.isnan(fraction):
-        return Target(goal, "no measured bf16 rate or bf16 point", None)
+        ours = longest[(longest["provider"] == candidate) & (longest["dtype"] == "bfloat16")]
+        rated = [w for w in ours["worker"] if row_rate(meta, w, "bf16_tflops")]
+        if not rated:
+            return Target(goal, "no measured bf16 rate or bf16 point", None)
+        label = markdown.point_label(ours.iloc[0], ["seqlen"])
+        return Target(goal, f"{candidate} not timed at {label}", False, *_untimed(ours))
     row = longest[longest["point"] == point].iloc[0]
     measured = f"{100 * fraction:.1f} % at {_label(row)}"
     if fraction >= PEAK_FRACTION:
