@@ -109,12 +109,15 @@ def environment_section(df: pd.DataFrame, meta: dict) -> str:
 
 def worker_state(worker: dict, workers: list[dict]) -> str:
     """The state a worker recorded, except that one still `running` when a later worker of its
-    shard started (a resume) was killed without recording its end (a job's time limit, SIGKILL):
-    its measured points count, the point it was in was measured again."""
+    shard started, or a later one of another shard count (a resume, which may shard anew), was
+    killed without recording its end (a job's time limit, SIGKILL): its measured points count,
+    the point it was in was measured again."""
     state = worker.get("state", "")
     shard, started = worker.get("shard", {}), worker.get("started") or ""
     resumed = any(
-        w.get("shard", {}) == shard and (w.get("started") or "") > started for w in workers
+        (w.get("shard", {}) == shard or w.get("shard", {}).get("count") != shard.get("count"))
+        and (w.get("started") or "") > started
+        for w in workers
     )
     return "killed (no end recorded)" if state == "running" and resumed else state
 
@@ -378,10 +381,15 @@ def clocks_section(df: pd.DataFrame) -> str:
         "points' times may be the clock's, not the code's.\n\n"
     )
     rows = [
-        (r.mode, f"`{r.point}`", f"{r.sm_mhz:.0f}", f"{r.power_w:.0f}", f"{int(r.reasons):#x}")
+        (r.mode, f"`{r.point}`", f"{r.sm_mhz:.0f}", f"{r.power_w:.0f}", _mask(r.reasons))
         for r in slow.itertuples(index=False)
     ]
     return text + markdown.table(("mode", "point", "SM MHz", "W", "reasons"), rows)
+
+
+def _mask(reasons: float) -> str:
+    """nvidia-smi's clock-limiting reasons as hex; "—" where it reported none ("[N/A]")."""
+    return "—" if math.isnan(reasons) else f"{int(reasons):#x}"
 
 
 def failures_section(df: pd.DataFrame) -> str:

@@ -186,6 +186,14 @@ def test_report_summarises_the_gpu_clocks_read_after_timing(tmp_path: Path) -> N
     assert f" | 689 | {len(sm)} | 2 |" in text  # all capped, two points re-timed
     assert f"| graph | `{slowest}` | 1755 | 689 | 0x4 |" in text
     assert text.count("| 1980 | 689 |") == 0  # only the slow reading is listed
+    table["gpu_clocks"] = [
+        json.dumps({"clocks.sm": "1500" if p == slowest else "1980", "power.draw": "600",
+                    "clocks_throttle_reasons.active": "[N/A]"})
+        for p in table["point"]
+    ]  # fmt: skip
+    unknown = write_run(tmp_path / "unknown", table, synthetic_meta())
+    assert report.main([str(unknown)]) == 0  # a reading without its reasons is listed as such
+    assert f"| graph | `{slowest}` | 1500 | 600 | — |" in (unknown / "report.md").read_text()
     plain = write_run(tmp_path / "plain", synthetic_table(), synthetic_meta())
     report.main([str(plain)])
     assert "Not recorded" in (plain / "report.md").read_text()
@@ -213,8 +221,9 @@ def test_report_names_the_points_a_run_cut_short_did_not_measure(tmp_path: Path)
 
 
 def test_a_worker_left_running_before_a_resume_of_its_shard_reads_as_killed() -> None:
-    """A killed worker's record still says `running`; once a later worker of the same shard has
-    started, the report says it was killed. The last one of a shard may really be running."""
+    """A killed worker's record still says `running`; once a later worker of the same shard, or
+    of another shard count (a resume may shard anew), has started, the report says it was killed.
+    The last one of a shard may really be running."""
 
     def worker(name: str, index: int, started: str, state: str) -> dict:
         shard = {"index": index, "count": 2}
@@ -229,6 +238,8 @@ def test_a_worker_left_running_before_a_resume_of_its_shard_reads_as_killed() ->
     assert report.worker_state(resume, workers) == "done"
     table = report.workers_table(workers)
     assert table.count("killed (no end recorded)") == 1 and "| done | 3 |" in table
+    unsharded = {**resume, "worker": "vm:4", "shard": {"index": 0, "count": 1}}
+    assert report.worker_state(other_shard, [*workers, unsharded]) == "killed (no end recorded)"
 
 
 def test_the_workers_table_says_what_each_prepare_step_compiled() -> None:
