@@ -15,6 +15,7 @@ each entry of an optional `points` list whose fields replace the sweep's (models
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.problem import Problem
+from harness.problem import Problem, reference_gib
 from harness.records import MODES
 from harness.timing import TimingPolicy
 
@@ -94,6 +95,8 @@ LEGACY_SETTINGS: dict[str, object] = {
     "timing.held_retimes": 0,
     "timing.held_floor": 0.95,
     "timing.held_cooldown_s": 10.0,
+    # Runs before eager_after_self timed eager mode interleaved, as its default does.
+    "timing.eager_after_self": False,
 }
 
 
@@ -261,7 +264,10 @@ def validate(cfg: BenchConfig) -> list[Problem]:
     _check(t.flush_mib >= 0, f"timing.flush_mib must be >= 0, got {t.flush_mib}")
     _check(t.held_retimes >= 0, f"timing.held_retimes must be >= 0, got {t.held_retimes}")
     _check(0 < t.held_floor <= 1, f"timing.held_floor must be in (0, 1], got {t.held_floor}")
-    _check(t.held_cooldown_s >= 0, f"timing.held_cooldown_s must be >= 0, got {t.held_cooldown_s}")
+    _check(
+        0 <= t.held_cooldown_s < math.inf,
+        f"timing.held_cooldown_s must be >= 0 and finite, got {t.held_cooldown_s}",
+    )
     names = cfg.providers.names
     _check(bool(names), "providers.names must name at least one provider")
     _check(len(set(names)) == len(names), f"providers.names has duplicates: {names}")
@@ -278,8 +284,31 @@ def validate(cfg: BenchConfig) -> list[Problem]:
         cfg.run_id is None or RUN_ID.fullmatch(cfg.run_id) is not None,
         f"run_id must be letters, digits, '.', '_' or '-', got {cfg.run_id!r}",
     )
+    _check(  # a run without run_id is named after its sweep
+        RUN_ID.fullmatch(cfg.sweep.name) is not None,
+        f"sweep.name must be letters, digits, '.', '_' or '-', got {cfg.sweep.name!r}",
+    )
     _check_scale_out(cfg)
-    return expand_points(cfg.sweep)
+    problems = expand_points(cfg.sweep)
+    _check_reference_or_fallback(cfg, problems)
+    return problems
+
+
+def _check_reference_or_fallback(cfg: BenchConfig, problems: list[Problem]) -> None:
+    """Every answer needs something to be checked against: the float64 reference where it fits
+    check.reference_max_gib, else the check.fallback provider, which must then be measured too."""
+    names, check = cfg.providers.names, cfg.check
+    if check.fallback in names:
+        return
+    big = [p for p in problems if reference_gib(p) > check.reference_max_gib]
+    _check(
+        not big,
+        f"{len(big)} point(s), the first {big[0].key() if big else ''}, need a float64 "
+        f"reference above check.reference_max_gib={check.reference_max_gib:g} GiB "
+        f"({max(map(reference_gib, big), default=0):.1f} GiB at most), and check.fallback="
+        f"{check.fallback} is not in providers.names, so their answers could not be checked: "
+        "raise check.reference_max_gib or add the fallback to providers.names",
+    )
 
 
 def _check_scale_out(cfg: BenchConfig) -> None:

@@ -122,11 +122,18 @@ class Problem:
             "sp" if self.dt_softplus else "",
             ""
             if self.dt_limit == (0.0, math.inf)
-            else f"lim{self.dt_limit[0]:g}-{self.dt_limit[1]:g}",
+            else f"lim{_number(self.dt_limit[0])}-{_number(self.dt_limit[1])}",
             "h0" if self.has_initial_states else "",
             "hT" if self.return_final_states else "",
         ]
         return "_".join(parts + [o for o in opts if o])
+
+
+def _number(value: float) -> str:
+    """A float for a point's key: short (`:g`) where that names it exactly, else in full, so that
+    two points never share a key."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _chunk_lengths(problem: Problem) -> list[int]:
@@ -180,3 +187,16 @@ def min_bytes(problem: Problem) -> float:
     if p.has_initial_states:
         total += p.batch * p.nheads * p.headdim * p.dstate * 4
     return float(total)
+
+
+def reference_gib(p: Problem) -> float:
+    """Rough peak memory (GiB) of the float64 reference plus comparing an output with it: token
+    tensors in float64 (x, out, the D term, comparison copies) and one chunk's (q, q) matrices."""
+    tokens = p.batch * p.seqlen
+    elements = (
+        6 * tokens * p.nheads * p.headdim
+        + 4 * tokens * (p.ngroups * p.dstate + p.nheads)
+        + 4 * p.batch * p.chunk_size**2 * p.nheads
+        + 3 * p.batch * p.nheads * p.headdim * p.dstate
+    )
+    return elements * 8 / 2**30

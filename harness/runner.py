@@ -48,7 +48,14 @@ from harness.config import (
     validate,
 )
 from harness.inputs import SSDInputs, make_inputs
-from harness.problem import SHAPE_FIELDS, Problem, flops, min_bytes, output_bytes
+from harness.problem import (
+    SHAPE_FIELDS,
+    Problem,
+    flops,
+    min_bytes,
+    output_bytes,
+    reference_gib,
+)
 from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
 OPTION_FIELDS = tuple(f.name for f in fields(Problem) if f.name not in (*SHAPE_FIELDS, "dtype"))
@@ -131,19 +138,6 @@ class Candidate:
             return self.call.fn()
 
         return replace(self.call, name=self.label(), fn=run)
-
-
-def reference_gib(p: Problem) -> float:
-    """Rough peak memory (GiB) of the float64 reference plus comparing an output with it: token
-    tensors in float64 (x, out, the D term, comparison copies) and one chunk's (q, q) matrices."""
-    tokens = p.batch * p.seqlen
-    elements = (
-        6 * tokens * p.nheads * p.headdim
-        + 4 * tokens * (p.ngroups * p.dstate + p.nheads)
-        + 4 * p.batch * p.chunk_size**2 * p.nheads
-        + 3 * p.batch * p.nheads * p.headdim * p.dstate
-    )
-    return elements * 8 / 2**30
 
 
 def config_dict(cfg: BenchConfig) -> dict:
@@ -397,6 +391,34 @@ class Sweep:
             self._free()
             return None
 
+    def _fallback_answer(self, problem: Problem, inputs: SSDInputs) -> object:
+        """The fallback provider's answer, to check the others against where the reference is
+        out of reach and the fallback is not measured at this point; None where it cannot run
+        here or answers NaN/inf."""
+        p = providers.get(self.cfg.check.fallback)
+        if p.unsupported(problem, self.device):
+            return None
+        outcome = Outcome(chunk_size=problem.chunk_size)
+        try:
+            result = self._load(p)(**inputs.to(self.device).kwargs())
+            self._sync()
+            self._judge(problem, result, None, outcome)
+        except Exception as exc:
+            outcome.fail("error", records.error_message(exc))
+            self._free()
+            self._health(p.name)
+        return result if outcome.status == "ok" else None
+
+    def _unchecked(self, problem: Problem) -> str:
+        """Why a provider's answer cannot be checked at this point, and what to change."""
+        check = self.cfg.check
+        return (
+            f"nothing to check the answer against: no float64 reference (it needs about "
+            f"{reference_gib(problem):.1f} GiB, check.reference_max_gib={check.reference_max_gib:g}"
+            f", or it ran out of memory) and no answer from check.fallback={check.fallback} here; "
+            f"raise check.reference_max_gib or run {check.fallback} beside it"
+        )
+
     def _check(
         self,
         problem: Problem,
@@ -418,8 +440,13 @@ class Sweep:
         fallback = self.cfg.check.fallback
         if expected is None:
             todo = sorted(todo, key=lambda p: p.name != fallback)
+            if all(p.name != fallback for p in todo):  # measured before this resume, or not run
+                expected, against = self._fallback_answer(problem, inputs), f"provider:{fallback}"
         calls = []
         for p in todo:
+            if expected is None and p.name != fallback:
+                outcomes[p.name].fail("error", self._unchecked(problem))
+                continue
             twice = p.self_tuning is not None and self.cfg.triton_autotune is TritonAutotune.twice
             tried: list[Candidate] = []
             for chunk, tuning in itertools.product(

@@ -94,6 +94,8 @@ def test_typo_fails_naming_the_key(override: str, named: str) -> None:
         ("timing.held_retimes=-1", "timing.held_retimes must be >= 0, got -1"),
         ("timing.held_floor=95", r"timing.held_floor must be in \(0, 1\], got 95"),
         ("timing.held_cooldown_s=-5", "timing.held_cooldown_s must be >= 0"),
+        ("timing.held_cooldown_s=inf", "timing.held_cooldown_s must be >= 0 and finite"),
+        ("sweep.name=h200/small", "sweep.name must be letters"),
         ("providers.names=[cutile,trition]", "providers.names: unknown provider 'trition'"),
         ("providers.names=[]", "providers.names must name"),
         ("check.fallback=nope", "check.fallback: unknown provider"),

@@ -52,6 +52,16 @@ def test_dt_limit_list_accepted() -> None:
     assert hash(problem) == hash(Problem(dt_limit=(0.0, 0.1), has_z=True))
 
 
+def test_points_that_differ_only_in_dt_limit_have_keys_of_their_own() -> None:
+    """Keys stay short where `:g` names the value exactly (the keys of runs already recorded),
+    and two limits that agree to six digits still get two keys, so no part file replaces
+    another's."""
+    assert Problem(dt_limit=(0.0, 0.1)).key().endswith("_lim0-0.1")
+    assert Problem(dt_limit=(0.001, 100.0)).key().endswith("_lim0.001-100")
+    close = [Problem(dt_limit=(0.0, high)).key() for high in (0.1234561, 0.1234564)]
+    assert close[0] != close[1] and close[0].endswith("_lim0-0.1234561")
+
+
 def test_flops_hand_computed() -> None:
     # Chunks of 32 and 16 tokens. Per chunk of q: g·2q²N + h·(q²P + 4qNP).
     # q=32: 2·1024·8 + 2·(1024·4 + 4·32·8·4) = 16384 + 16384; q=16: 4096 + 2·(1024 + 2048).

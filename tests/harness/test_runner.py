@@ -364,10 +364,11 @@ def test_resumed_run_must_keep_its_measurement_settings(tmp_path: Path) -> None:
 
 
 def test_a_run_recorded_before_chunk_policy_resumes_as_fixed(tmp_path: Path) -> None:
+    """So do runs recorded before timing.eager_after_self, as interleaved eager timing."""
     run_dir = sweep(make_cfg(tmp_path, ["good"], "run_id=r1"))
     meta_file = run_dir / records.META_FILE
     meta = json.loads(meta_file.read_text())
-    del meta["config"]["chunk_policy"]
+    del meta["config"]["chunk_policy"], meta["config"]["timing"]["eager_after_self"]
     meta_file.write_text(json.dumps(meta))
     sweep(make_cfg(tmp_path, ["good"], "run_id=r1", "sweep.seqlen=[32,64,128]"))
     with pytest.raises(ConfigError, match="chunk_policy"):
@@ -395,6 +396,37 @@ def test_without_the_reference_providers_are_checked_against_the_fallback(tmp_pa
     assert set(by(df, "good2")["status"]) == {"ok"}
     assert set(by(df, "wrong")["status"]) == {"wrong"}
     assert set(by(df, "wrong")["check_against"]) == {"provider:good"}
+
+
+def test_without_the_reference_or_the_fallback_nothing_passes_unchecked(tmp_path: Path) -> None:
+    """An answer that nothing can check is never `ok`. Before any work: the reference out of
+    reach and the fallback not run is a config error naming both keys. During a run: where the
+    fallback fails, the others are errors that say what to change."""
+    lone = make_cfg(tmp_path, ["wrong"], "check.reference_max_gib=0", "check.fallback=good")
+    with pytest.raises(ConfigError, match=r"check\.fallback=good is not in providers\.names"):
+        sweep(lone)
+    assert CALLS.get("wrong", 0) == 0
+    cfg = make_cfg(tmp_path, ["broken", "wrong", "good"], "check.reference_max_gib=0",
+                   "check.fallback=broken")  # fmt: skip
+    df, _ = records.load_run(sweep(cfg))
+    assert set(by(df, "broken")["status"]) == {"error"}
+    for name in ("wrong", "good"):
+        assert set(by(df, name)["status"]) == {"error"}
+        assert by(df, name)["error"].str.startswith("nothing to check the answer against").all()
+
+
+def test_a_resume_checks_against_a_fallback_measured_before(tmp_path: Path) -> None:
+    """A resume that measures only the providers added since still checks them against the
+    fallback, which it runs again for its answer alone (not recorded twice)."""
+    first = make_cfg(tmp_path, ["good"], "check.reference_max_gib=0", "check.fallback=good",
+                     "run_id=r1")  # fmt: skip
+    sweep(first)
+    resumed = make_cfg(tmp_path, ["good", "wrong"], "check.reference_max_gib=0",
+                       "check.fallback=good", "run_id=r1")  # fmt: skip
+    df, _ = records.load_run(sweep(resumed))
+    wrong = by(df, "wrong")
+    assert set(wrong["status"]) == {"wrong"} and set(wrong["check_against"]) == {"provider:good"}
+    assert len(by(df, "good")) == 2 * len(records.MODES)
 
 
 def test_reference_out_of_memory_falls_back_to_a_peer(tmp_path: Path, monkeypatch) -> None:
