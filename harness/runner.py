@@ -252,6 +252,22 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}-{_PROCESS_TOKEN}"
 
 
+#: (run directory, worker name) of every run() call in this process.
+_NAMED: set[tuple[str, str]] = set()
+
+
+def worker_name(run_dir: Path) -> str:
+    """worker_id(), with a count appended where this process has measured into run_dir before
+    (a Hydra multirun's later job on the same run_id): each call keeps a record of its own."""
+    base = name = worker_id()
+    count = 1
+    while (str(run_dir), name) in _NAMED:
+        count += 1
+        name = f"{base}.{count}"
+    _NAMED.add((str(run_dir), name))
+    return name
+
+
 class Sweep:
     """State of one sweep: config, device, timer, peaks and loaded providers."""
 
@@ -264,6 +280,7 @@ class Sweep:
         run_dir: Path,
         gpu_name: str,
         read_clocks: Callable[[], dict | None],
+        worker: str,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.cfg = cfg
@@ -275,7 +292,7 @@ class Sweep:
         self.run_dir = run_dir
         self.on_cuda = device.startswith("cuda")
         self.gpu_name = gpu_name  # this worker's GPU, not necessarily the one that created the run
-        self.worker = worker_id()
+        self.worker = worker  # the rows' `worker`: this worker's record's name
         self._loaded: dict[str, Callable | str] = {}
 
     # ---- device helpers ----
@@ -728,7 +745,7 @@ def run(
     run_dir, meta = open_run(cfg, env, lambda: measure_peaks()[0])
     timer = timer or _default_timer(cfg, env)
     worker = {
-        "worker": worker_id(),
+        "worker": worker_name(run_dir),
         "shard": {"index": cfg.shard.index, "count": cfg.shard.count},
         "started": environment.now_utc(),
         "ended": None,
@@ -747,8 +764,9 @@ def run(
     # other nodes (harness.peaks).
     worker["peaks"], worker["peaks_clocks"] = measure_peaks() if todo else (None, None)
     sweep = Sweep(
-        cfg, device, timer, worker["peaks"] or {}, run_dir, env["gpu"]["name"], read_clocks, sleep
-    )
+        cfg, device, timer, worker["peaks"] or {}, run_dir, env["gpu"]["name"], read_clocks,
+        worker["worker"], sleep,
+    )  # fmt: skip
     share = f" (shard {cfg.shard.index} of {cfg.shard.count})" if cfg.shard.count > 1 else ""
     print(
         f"ssdbench: run {run_dir}{share} — {len(todo)} of {len(problems)} points to measure",

@@ -281,6 +281,17 @@ def test_each_worker_records_the_clocks_read_right_after_its_rates(
     assert (idle["peaks"], idle["peaks_clocks"]) == (None, None)
 
 
+def test_two_calls_of_one_process_on_one_run_keep_a_record_each(tmp_path: Path) -> None:
+    """A Hydra multirun runs its jobs in one process; two of them on one run_id must not share a
+    worker name, or the second's record replaces the first's (its rates and points)."""
+    cfg = make_cfg(tmp_path, ["good"], "sweep.seqlen=[32]", "run_id=r1")
+    sweep(cfg)
+    df, meta = records.load_run(sweep(make_cfg(tmp_path, ["good"], "run_id=r1")))
+    first, second = (w["worker"] for w in meta["workers"])
+    assert second == f"{first}.2" and [w["measured"] for w in meta["workers"]] == [1, 1]
+    assert set(df["worker"]) == {first, second}
+
+
 def test_worker_names_stay_unique_where_pids_repeat(monkeypatch) -> None:
     """Fresh nodes boot alike, so a resumed run's calls may get the same pid (and a requeued SLURM
     task keeps its id): each interpreter's worker name carries a token of its own, so that no
