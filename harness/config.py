@@ -301,14 +301,14 @@ def _check_reference_or_fallback(cfg: BenchConfig, problems: list[Problem]) -> N
     if check.fallback in names:
         return
     big = [p for p in problems if reference_gib(p) > check.reference_max_gib]
-    _check(
-        not big,
-        f"{len(big)} point(s), the first {big[0].key() if big else ''}, need a float64 "
-        f"reference above check.reference_max_gib={check.reference_max_gib:g} GiB "
-        f"({max(map(reference_gib, big), default=0):.1f} GiB at most), and check.fallback="
-        f"{check.fallback} is not in providers.names, so their answers could not be checked: "
-        "raise check.reference_max_gib or add the fallback to providers.names",
-    )
+    if big:
+        raise ConfigError(
+            f"{len(big)} point(s), the first {big[0].key()}, need a float64 reference above "
+            f"check.reference_max_gib={check.reference_max_gib:g} GiB "
+            f"({max(map(reference_gib, big)):.1f} GiB at most), and check.fallback="
+            f"{check.fallback} is not in providers.names, so their answers could not be "
+            "checked: raise check.reference_max_gib or add the fallback to providers.names"
+        )
 
 
 def _check_scale_out(cfg: BenchConfig) -> None:

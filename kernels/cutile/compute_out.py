@@ -25,6 +25,7 @@ from kernels.cutile.compute_out_chunk import compute_out_chunk_kernel_8_warps
 from kernels.cutile.config import (
     DEFAULT_CONFIG,
     SSDConfig,
+    compute_out_tiles,
     reads_chunk_cb,
     uses_chunk_kernel,
     with_occupancy,
@@ -326,12 +327,6 @@ def compute_out(
     )
     launch(grid, kernel, args, dependent=chained(config, dA_cumsum.shape[3]))
     return out
-
-
-def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
-    """(rows per CTA, causal k-tile) of compute_out, clamped to the chunk; chunk_cb tiles alike."""
-    tm = min(config.out_block_m, chunk_size)
-    return tm, min(config.out_block_k, tm)
 
 
 def compute_out_launch(

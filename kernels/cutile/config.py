@@ -135,6 +135,12 @@ DEFAULT_CONFIG = SSDConfig()
 CHUNK_KERNEL_MAX_Q = 128
 
 
+def compute_out_tiles(config: SSDConfig, chunk_size: int) -> tuple[int, int]:
+    """(rows per CTA, causal k-tile) of compute_out, clamped to the chunk; chunk_cb tiles alike."""
+    tm = min(config.out_block_m, chunk_size)
+    return tm, min(config.out_block_k, tm)
+
+
 def uses_chunk_kernel(config: SSDConfig, chunk_size: int) -> bool:
     """Whether compute_out runs compute_out_chunk.py's kernel (whole chunks) for this chunk."""
     return bool(config.out_chunk_heads) and chunk_size <= CHUNK_KERNEL_MAX_Q

@@ -33,7 +33,13 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cb import beside_rows
-from kernels.cutile.config import DEFAULT_CONFIG, SSDConfig, reads_chunk_cb, with_occupancy
+from kernels.cutile.config import (
+    DEFAULT_CONFIG,
+    SSDConfig,
+    compute_out_tiles,
+    reads_chunk_cb,
+    with_occupancy,
+)
 from kernels.cutile.decay import LOG2E, exp2
 from kernels.cutile.indices import group_of, split_index
 from kernels.cutile.launch import follow_previous, launch, sm_count
@@ -424,7 +430,7 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     dstate 128 and 256, 1-2 µs), each then computes one every other step or less and is done with
     the walk; beside the 32-head walk's 0.7 µs steps four took 1.5x the walk (run 217). C·Bᵀ
     scaled per tile (out_cb=3) needs compute_out's row blocks to be that kernel's."""
-    out_rows = min(config.out_block_m, walk.chunk_size)
+    out_rows = compute_out_tiles(config, walk.chunk_size)[0]
     scales_fit = config.out_cb != 3 or out_rows == beside_rows(walk.chunk_size)
     if not (
         config.state_cb

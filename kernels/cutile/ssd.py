@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from kernels.cutile.config import SSDConfig, forward_default_config
+from kernels.cutile.config import SSDConfig, compute_out_tiles, forward_default_config
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -86,7 +86,7 @@ def launch_forward(
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
     from kernels.cutile.chunk_cb import chunk_cb_beside, fork_beside, join_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
-    from kernels.cutile.compute_out import compute_out, compute_out_tiles
+    from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
     from kernels.cutile.launch import capturing
 
