@@ -289,6 +289,7 @@ def validate(cfg: BenchConfig) -> list[Problem]:
         f"sweep.name must be letters, digits, '.', '_' or '-', got {cfg.sweep.name!r}",
     )
     _check_scale_out(cfg)
+    _check_tuning_cache(cfg)
     problems = expand_points(cfg.sweep)
     _check_reference_or_fallback(cfg, problems)
     return problems
@@ -309,6 +310,20 @@ def _check_reference_or_fallback(cfg: BenchConfig, problems: list[Problem]) -> N
             f"{check.fallback} is not in providers.names, so their answers could not be "
             "checked: raise check.reference_max_gib or add the fallback to providers.names"
         )
+
+
+def _check_tuning_cache(cfg: BenchConfig) -> None:
+    """A tuning run needs its cache path to be a file (or nothing yet), not a folder."""
+    if cfg.tune == Tune.off or "cutile" not in cfg.providers.names:
+        return
+    from kernels.cutile.autotune import cache_path
+
+    path = cache_path()
+    _check(
+        not path.exists() or path.is_file(),
+        f"tune={cfg.tune.value}: the cuTile tuning cache {path} is not a file; point "
+        "SSDBENCH_TUNING_CACHE at a JSON file path",
+    )
 
 
 def _check_scale_out(cfg: BenchConfig) -> None:

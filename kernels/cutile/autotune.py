@@ -16,9 +16,10 @@ candidate of the search there.
 The search is its own rather than `ct.tune.exhaustive_search`, which times one kernel alone and
 wraps every candidate in a new kernel object, so that its bytecode is rebuilt at every shape even
 when the cubin is cached.
-Results are cached by GPU architecture, shape, dtype, options and the cuda-tile / tileiras
-versions, so a sweep tunes each shape once and later runs reuse it. The cache is plain JSON
-written atomically; a corrupt or foreign file is reported and rebuilt, never trusted.
+Results are cached by GPU (architecture, name, SM count), kernel source, shape, dtype, options
+and the cuda-tile / tileiras versions, so a sweep tunes each shape once and later runs reuse it.
+The cache is plain JSON written atomically; a corrupt or foreign file is reported and rebuilt,
+and an entry that is not a valid config is reported and never used (TuningCache).
 """
 
 from __future__ import annotations
@@ -161,24 +162,40 @@ def kernel_source_hash() -> str:
     return digest.hexdigest()[:12]
 
 
+def device_label(device: torch.device) -> str:
+    """The GPU a pick was timed on: architecture, name and SM count. The tuner plans the walk's
+    split for the SM count, and GPUs of one architecture differ in it and in memory bandwidth
+    (H100 PCIe, H100 SXM, H200, MIG slices), so a pick made on one is not reused on another."""
+    props = torch.cuda.get_device_properties(device)
+    return f"sm_{props.major}{props.minor} {props.name} {props.multi_processor_count} SMs"
+
+
 def tuning_key(kwargs: dict) -> str:
-    """Everything a tuned choice depends on: device, toolchain, shape, dtype and options."""
+    """Everything a tuned choice depends on: device, toolchain, shape, dtype and the options
+    that change which kernels are built (dt_limit is a run-time argument of the same ones)."""
     import cuda.tile as ct
 
     x, B = kwargs["x"], kwargs["B"]
-    major, minor = torch.cuda.get_device_capability(x.device)
     D = kwargs.get("D")
+    tileiras = tileiras_version()
+    if tileiras is None:
+        raise RuntimeError(
+            "cannot read the version of the tileiras cuTile compiles with, which keys the tuning "
+            "cache: check that `tileiras --version` runs, or set tune=off"
+        )
     parts = [
-        f"sm_{major}{minor}",
+        device_label(x.device),
         f"kernels {kernel_source_hash()}",
         f"cuda-tile {ct.__version__}",
-        f"tileiras {tileiras_version()}",
+        f"tileiras {tileiras}",
         str(x.dtype).removeprefix("torch."),
         "b{}_L{}_H{}_P{}".format(*x.shape),
         "G{}_N{}".format(*B.shape[2:]),
         f"Q{kwargs['chunk_size']}",
         "D" + ("" if D is None else "h" if D.dim() == 1 else "hp"),
         "z" if kwargs.get("z") is not None else "",
+        "bias" if kwargs.get("dt_bias") is not None else "",
+        "softplus" if kwargs.get("dt_softplus") else "",
         "h0" if kwargs.get("initial_states") is not None else "",
         "hT" if kwargs.get("return_final_states") else "",
     ]
@@ -186,24 +203,35 @@ def tuning_key(kwargs: dict) -> str:
 
 
 class TuningCache:
-    """{key: config} in one JSON file; loaded once, rewritten atomically on every put."""
+    """{key: config} in one JSON file; loaded once, rewritten atomically on every put.
+
+    A file that is not this format's JSON is reported and rebuilt. An entry that does not read
+    as a valid SSDConfig (written by another version of this code, or damaged) is reported and
+    never used, but kept on rewrite: its key names the kernels it was tuned for, so it cannot
+    mislead this code, and another checkout sharing the file may still read it."""
 
     def __init__(self, path: Path) -> None:
+        if path.exists() and not path.is_file():
+            raise ValueError(
+                f"cuTile tuning cache {path} is not a file; point SSDBENCH_TUNING_CACHE at a "
+                "JSON file path"
+            )
         self.path = path
         self.entries = self._load()
 
-    def _load(self) -> dict[str, dict]:
+    def _load(self) -> dict:
         if not self.path.exists():
             return {}
         try:
             data = json.loads(self.path.read_text())
-            if data.get("format") != CACHE_FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {CACHE_FORMAT!r}")
+            if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+                found = data.get("format") if isinstance(data, dict) else type(data).__name__
+                raise ValueError(f"format {found!r}, expected {CACHE_FORMAT!r}")
             entries = data["entries"]
-            for entry in entries.values():
-                SSDConfig.from_dict(entry["config"])
+            if not isinstance(entries, dict):
+                raise TypeError(f"entries is a {type(entries).__name__}, not an object")
             return entries
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             warnings.warn(
                 f"ignoring cuTile tuning cache {self.path} ({exc}); it will be rebuilt",
                 stacklevel=2,
@@ -211,8 +239,18 @@ class TuningCache:
             return {}
 
     def get(self, key: str) -> SSDConfig | None:
-        entry = self.entries.get(key)
-        return SSDConfig.from_dict(entry["config"]) if entry else None
+        """The cached pick for `key`; None when there is none or it does not read as a config."""
+        if key not in self.entries:
+            return None
+        try:
+            return SSDConfig.from_dict(self.entries[key]["config"])
+        except (ValueError, KeyError, TypeError) as exc:
+            warnings.warn(
+                f"ignoring entry {key!r} of cuTile tuning cache {self.path} ({exc}); the shape "
+                "will be tuned again",
+                stacklevel=2,
+            )
+            return None
 
     def put(self, key: str, config: SSDConfig, details: dict) -> None:
         """Add one entry. Under an exclusive lock the file is re-read first, so processes tuning

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
-import shutil
 import subprocess
-from pathlib import Path
 
 
 def tileiras_path() -> str | None:
-    """The tileiras cuTile would pick: the pip package's nvidia/cu13/bin first, then PATH."""
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(root) / "cu13" / "bin" / "tileiras"
-        if candidate.is_file():
-            return str(candidate)
-    return shutil.which("tileiras")
+    """The tileiras cuTile compiles with, found by cuTile's own search (the pip package, PATH,
+    CUDA_HOME, the toolkit's default folders), so that a version recorded or keyed is the one
+    that built the kernels; None where cuTile finds none. The search is private to cuTile
+    (tests/kernels/test_toolchain.py checks that it is still there)."""
+    try:
+        from cuda.tile._compile import _find_compiler_bin
+    except ImportError:
+        return None
+    try:
+        return _find_compiler_bin().path
+    except FileNotFoundError:
+        return None
 
 
 @functools.cache

@@ -166,3 +166,12 @@ def test_unparsable_override_is_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         config.job_overrides(["sweep.seqlen=[1024"])
     assert "\n" not in str(err.value)
+
+
+def test_a_tuning_cache_that_is_a_folder_fails_before_any_gpu_work(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SSDBENCH_TUNING_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="tune=cached: the cuTile tuning cache .* not a file"):
+        config.validate(bench("sweep=smoke", "tune=cached"))
+    config.validate(bench("sweep=smoke", "tune=off"))  # never read
+    monkeypatch.setenv("SSDBENCH_TUNING_CACHE", str(tmp_path / "tuning.json"))
+    config.validate(bench("sweep=smoke", "tune=cached"))

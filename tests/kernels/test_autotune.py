@@ -53,12 +53,11 @@ def test_cache_round_trip_and_atomic_file(tmp_path: Path) -> None:
     "content",
     [
         "{not json",
+        "",
         json.dumps({"format": "someone-else/3", "entries": {}}),
-        json.dumps({"format": autotune.CACHE_FORMAT, "entries": {"k": {"config": {"bad": 1}}}}),
-        json.dumps(
-            {"format": autotune.CACHE_FORMAT, "entries": {"k": {"config": {"out_occupancy": "2"}}}}
-        ),
+        json.dumps({"format": autotune.CACHE_FORMAT, "entries": [1]}),
         json.dumps([1, 2]),
+        "[" * 100_000 + "]" * 100_000,
     ],
 )
 def test_corrupt_or_foreign_cache_is_reported_and_rebuilt(tmp_path: Path, content: str) -> None:
@@ -69,6 +68,40 @@ def test_corrupt_or_foreign_cache_is_reported_and_rebuilt(tmp_path: Path, conten
     assert cache.get("k") is None
     cache.put("k", DEFAULT_CONFIG, {})
     assert autotune.TuningCache(path).get("k") == DEFAULT_CONFIG
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"config": {"bad": 1}},
+        {"config": {"out_occupancy": "2"}},
+        {"config": {"out_cb": 9}},
+        {"config": [1]},
+        {"no config": {}},
+        None,
+        "text",
+    ],
+)
+def test_an_entry_that_is_not_a_config_is_reported_never_used_and_kept(
+    tmp_path: Path, entry
+) -> None:
+    """Another checkout's entries (an SSDConfig with other fields) share the default file: they
+    are not trusted here, and this checkout's writes do not delete them."""
+    path = tmp_path / "tuning.json"
+    good = {"config": SSDConfig(out_occupancy=3).to_dict()}
+    entries = {"other": entry, "good": good}
+    path.write_text(json.dumps({"format": autotune.CACHE_FORMAT, "entries": entries}))
+    cache = autotune.TuningCache(path)
+    with pytest.warns(UserWarning, match="ignoring entry 'other'.*tuned again"):
+        assert cache.get("other") is None
+    assert cache.get("good") == SSDConfig(out_occupancy=3)
+    cache.put("new", DEFAULT_CONFIG, {})
+    assert json.loads(path.read_text())["entries"]["other"] == entry
+
+
+def test_a_cache_path_that_is_not_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a file; point SSDBENCH_TUNING_CACHE"):
+        autotune.TuningCache(tmp_path)
 
 
 def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: Path) -> None:
@@ -99,6 +132,43 @@ def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: 
 def test_unusable_configs_are_rejected(bad: dict) -> None:
     with pytest.raises(ValueError, match="SSDConfig"):
         SSDConfig(**bad)
+
+
+def _key(monkeypatch, gpu: str = "sm_90 NVIDIA H200 132 SMs", **kwargs) -> str:
+    monkeypatch.setattr(autotune, "device_label", lambda device: gpu)
+    monkeypatch.setattr(autotune, "tileiras_version", lambda: "release 13.4")
+    problem = {"x": torch.empty(1, 4096, 8, 64), "B": torch.empty(1, 4096, 1, 128)}
+    return autotune.tuning_key({**problem, "chunk_size": 256, **kwargs})
+
+
+def test_the_key_separates_whatever_changes_the_kernels_or_the_gpu(monkeypatch) -> None:
+    """Each of these builds other kernels (or runs on another GPU), so shares no pick; dt_limit
+    is a run-time argument of the same kernels."""
+    variants = [
+        {},
+        {"chunk_size": 128},
+        {"dt_softplus": True},
+        {"dt_bias": torch.empty(8)},
+        {"D": torch.empty(8)},
+        {"D": torch.empty(8, 64)},
+        {"z": torch.empty(1, 4096, 8, 64)},
+        {"initial_states": torch.empty(1, 8, 64, 128)},
+        {"return_final_states": True},
+        {"x": torch.empty(1, 4096, 8, 64, dtype=torch.bfloat16)},
+        {"gpu": "sm_90 NVIDIA H100 PCIe 114 SMs"},
+        {"gpu": "sm_90 NVIDIA H100 80GB HBM3 132 SMs"},
+    ]
+    keys = [_key(monkeypatch, **v) for v in variants]
+    assert len(set(keys)) == len(variants)
+    assert _key(monkeypatch, dt_limit=(0.001, 0.1)) == keys[0]
+
+
+def test_no_key_without_the_tileiras_version(monkeypatch) -> None:
+    _key(monkeypatch)
+    monkeypatch.setattr(autotune, "tileiras_version", lambda: None)
+    problem = {"x": torch.empty(1, 64, 8, 64), "B": torch.empty(1, 64, 1, 128), "chunk_size": 64}
+    with pytest.raises(RuntimeError, match="tileiras --version.*tune=off"):
+        autotune.tuning_key(problem)
 
 
 def test_kernel_source_hash_is_stable_and_short() -> None:
