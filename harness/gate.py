@@ -17,7 +17,8 @@ a point is then timed when cuTile's status is ok, whatever Triton's:
     same       |change - 1| <= tolerance (whatever the intervals), or the intervals are disjoint
                but the shift is within tolerance (real but too small to matter)
     ambiguous  the intervals overlap but the estimate moved beyond tolerance: the runs are too
-               noisy to tell; reported, fails only with --fail-on-ambiguous
+               noisy to tell; reported, fails only with --fail-on-ambiguous, and only
+               downwards (change < 1)
     broken     timed (status ok) in the baseline, not in the candidate      -> fails
     fixed / untimed / new / missing   not timed in the baseline / in neither / point only in the
                candidate / point only in the baseline (listed; missing fails only if required)
@@ -25,14 +26,19 @@ a point is then timed when cuTile's status is ok, whatever Triton's:
 So a move beyond tolerance fails only when the noise the runs measured cannot explain it, and a
 statistically clear move smaller than tolerance does not fail. Each point shows both runs' SM clock
 as its timing ended (gpu_clocks): a point slowed by a power-capped clock fails all the same, but
-the reader sees why. A missing CI counts as unbounded.
+the reader sees why. A point without an interval in either run (fewer than 6 repetitions: the
+timing now always takes min_reps, but older runs or min_reps < 6 may lack one) is judged by its
+estimate alone: beyond tolerance it is slower or faster, never ambiguous.
 Floor (--floor X): a candidate point fails when its whole speedup interval lies below X
-(hi < X); a point estimate below X with hi >= X is flagged "near" without failing.
+(hi < X, or the estimate < X where there is no interval); a point estimate below X with hi >= X
+is flagged "near" without failing.
 
-Exit status: 0 pass; 1 regression (slower, broken, below floor); 2 unusable input (missing or
-unreadable file, foreign Parquet, schema mismatch, different GPUs (between the runs, or within one
-run whose rows name several GPU models), different measurement settings (SETTINGS_KEYS), required
-points missing, no comparable points), with a one-line message on stderr. --allow-different-gpus
+Exit status: 0 pass; 1 regression (slower, broken, below floor, and with --fail-on-ambiguous a
+downward ambiguous point); 2 unusable input (missing or unreadable file, foreign Parquet, a
+schema version the harness cannot read, a run without rows in the mode or without GPU names,
+different GPUs (between the runs, or within one run whose rows name several GPU models),
+different measurement settings (SETTINGS_KEYS), required points missing, no comparable points),
+with a one-line message on stderr. --allow-different-gpus
 lets both kinds of GPU difference through; --allow-different-settings the settings.
 """
 
@@ -163,7 +169,8 @@ def verdict(
     change = cand / base
     if abs(change - 1.0) <= tolerance:
         return "same"
-    # Comparisons with a NaN bound are False: a missing CI never separates the intervals.
+    if any(math.isnan(b) for b in (base_low, base_high, cand_low, cand_high)):
+        return "slower" if change < 1.0 else "faster"  # no interval: judged by the estimate
     if cand_high < base_low:
         return "slower"
     if cand_low > base_high:
@@ -175,7 +182,7 @@ def floor_flag(cand: float, cand_high: float, floor: float | None) -> str:
     """'below' (fails) when the whole interval is under the floor, 'near' when only the estimate."""
     if floor is None or math.isnan(cand):
         return ""
-    if cand_high < floor:
+    if (cand if math.isnan(cand_high) else cand_high) < floor:
         return "below"
     return "near" if cand < floor else ""
 
@@ -302,6 +309,8 @@ def required_points(spec: str | None, baseline_points: list[str]) -> list[str]:
     if path.is_file():
         lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
         return [line for line in lines if line]
+    if "/" in spec or path.suffix == ".txt":  # point keys have neither
+        raise GateInputError(f"--require-points {spec}: no such file")
     return [key.strip() for key in spec.split(",") if key.strip()]
 
 
@@ -335,6 +344,11 @@ def run_gate(
     """Compare two loaded runs; GateInputError for what makes them incomparable."""
     notes = []
     for run in (baseline, candidate):
+        if not (run.table["mode"] == mode).any():
+            modes = ", ".join(sorted(run.table["mode"].unique())) or "none"
+            raise GateInputError(f"{run.label} {run.path}: no rows in {mode} mode (has: {modes})")
+        if not run.gpus:
+            raise GateInputError(f"{run.label} {run.path}: its rows record no GPU name")
         if len(run.gpus) > 1:
             mixed = f"{run.label} {run.path} mixes GPUs ({', '.join(run.gpus)})"
             if not allow_different_gpus:
@@ -356,10 +370,6 @@ def run_gate(
                 "pass --allow-different-settings to compare anyway"
             )
         notes.append(f"Different settings allowed: {differences}.")
-    for run in (baseline, candidate):
-        if not (run.table["mode"] == mode).any():
-            modes = ", ".join(sorted(run.table["mode"].unique())) or "none"
-            raise GateInputError(f"{run.label} {run.path}: no rows in {mode} mode (has: {modes})")
     base_sp = analysis.speedups(baseline.table, mode=mode)
     cand_sp = analysis.speedups(candidate.table, mode=mode)
     required = required_points(require, base_sp["point"].tolist())
@@ -377,7 +387,8 @@ def run_gate(
     shared = points[~points["verdict"].isin(("missing", "new"))]
     if shared.empty:
         raise GateInputError(f"no point in common between the runs in {mode} mode")
-    failing = points["fails"] | (fail_on_ambiguous & (points["verdict"] == "ambiguous"))
+    down = (points["verdict"] == "ambiguous") & (points["change"] < 1.0)
+    failing = points["fails"] | (fail_on_ambiguous & down)
     points["fails"] = failing
     timed = int(points["verdict"].isin(TIMED_VERDICTS).sum())
     if not failing.any() and timed == 0:

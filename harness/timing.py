@@ -65,13 +65,14 @@ class Call:
 class TimingPolicy:
     """When to stop sampling (config.TimingConfig extends it with the Hydra-facing fields).
 
-    min_reps >= 6 lets a 95 % interval of the median exist.
+    min_reps >= 6 lets a 95 % interval of the median exist. Every call gets min_reps samples
+    however long they take; max_seconds caps the time spent after that.
     """
 
     warmup: int = 3
     min_reps: int = 10
     max_reps: int = 200
-    max_seconds: float = 3.0  # per mode and point, all providers together
+    max_seconds: float = 3.0  # per mode and point, all providers together, once min_reps are in
     ci_target: float = 0.01
     kernels_batch: int = 10  # repetitions per profiler session in mode kernels
     # Eager mode: call each provider once, untimed, right before each of its samples, so that a
@@ -150,11 +151,11 @@ def _done(active: list[list[Sample]], policy: TimingPolicy, elapsed: float) -> b
     if not active:
         return True
     n = min(len(s) for s in active)
+    if n < policy.min_reps:  # a floor even past max_seconds: without it a slow call has no CI
+        return False
     if n >= policy.max_reps or elapsed >= policy.max_seconds:
         return True
-    return n >= policy.min_reps and all(
-        converged(summarize([t for t, _ in s]), policy.ci_target) for s in active
-    )
+    return all(converged(summarize([t for t, _ in s]), policy.ci_target) for s in active)
 
 
 def _result(

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness import gate
+from harness import gate, records
 from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,15 +49,22 @@ def baseline(tmp_path: Path) -> Path:
         (1.20, 1.18, 1.22, "slower"),  # disjoint and 14 % lower
         (1.60, 1.58, 1.62, "faster"),
         (1.20, 1.00, 1.40, "ambiguous"),  # 14 % lower, but the intervals overlap
-        (1.20, math.nan, math.nan, "ambiguous"),  # no CI: cannot separate
+        (1.20, math.nan, math.nan, "slower"),  # no CI: judged by the estimate
+        (1.60, math.nan, math.nan, "faster"),
+        (1.38, math.nan, math.nan, "same"),
     ],
 )
 def test_verdict(cand: float, low: float, high: float, expected: str) -> None:
     assert gate.verdict(1.40, 1.36, 1.44, cand, low, high, tolerance=0.05) == expected
 
 
+def test_a_baseline_without_an_interval_still_catches_a_drop() -> None:
+    assert gate.verdict(1.40, math.nan, math.nan, 1.20, 1.18, 1.22, tolerance=0.05) == "slower"
+
+
 @pytest.mark.parametrize(
-    ("cand", "high", "expected"), [(1.0, 1.05, "below"), (1.05, 1.15, "near"), (1.2, 1.3, "")]
+    ("cand", "high", "expected"),
+    [(1.0, 1.05, "below"), (1.05, 1.15, "near"), (1.2, 1.3, ""), (1.0, math.nan, "below")],
 )
 def test_floor_uses_the_upper_end(cand: float, high: float, expected: str) -> None:
     assert gate.floor_flag(cand, high, floor=1.1) == expected
@@ -209,6 +216,25 @@ def test_a_noisy_drop_is_ambiguous_not_a_failure(capsys, tmp_path: Path, baselin
     assert code == 1
 
 
+def test_fail_on_ambiguous_fails_only_drops(capsys, tmp_path: Path, baseline: Path) -> None:
+    """A noisy improvement is no regression, with or without --fail-on-ambiguous."""
+    better = build_run(tmp_path / "cand", speedup=1.6, ci_rel=0.08)
+    code, out, _ = run(capsys, baseline, better, "--fail-on-ambiguous")
+    assert code == 0 and "12 ambiguous" in out
+
+
+def test_a_large_drop_timed_without_an_interval_fails(
+    capsys, tmp_path: Path, baseline: Path
+) -> None:
+    """A regression slow enough that its timing stopped before 6 repetitions (runs before the
+    timing always took min_reps) has no interval: it fails, with --floor too."""
+    slow = build_run(tmp_path / "cand", speedup=0.05, ci_rel=math.nan)
+    code, out, _ = run(capsys, baseline, slow)
+    assert code == 1 and "12 slower" in out
+    code, out, _ = run(capsys, baseline, slow, "--floor", "1.1")
+    assert code == 1 and "12 below floor 1.1x" in out
+
+
 def test_a_point_that_stopped_working_fails(capsys, tmp_path: Path, baseline: Path) -> None:
     broken, point = _one_point_failed(tmp_path, "cutile", "wrong")
     code, out, _ = run(capsys, baseline, broken)
@@ -263,6 +289,18 @@ def test_different_gpus(capsys, tmp_path: Path, baseline: Path) -> None:
     other = build_run(tmp_path / "h100", gpu="NVIDIA H100 80GB HBM3", ci_rel=0.01)
     assert_unusable(*run(capsys, baseline, other)[::2], "different GPUs", "H100")
     assert run(capsys, baseline, other, "--allow-different-gpus")[0] == 0
+
+
+def test_a_run_without_rows_or_gpu_names_says_so(capsys, tmp_path: Path, baseline: Path) -> None:
+    """Not "different GPUs", which would send the reader to --allow-different-gpus."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    records.write_meta(empty, synthetic_meta("empty"))
+    assert_unusable(*run(capsys, baseline, empty)[::2], "no rows in graph mode (has: none)")
+    table = synthetic_table()
+    table["gpu_name"] = None
+    nameless = write_run(tmp_path / "nameless", table, synthetic_meta())
+    assert_unusable(*run(capsys, baseline, nameless)[::2], "record no GPU name")
 
 
 @pytest.mark.parametrize(
@@ -333,6 +371,8 @@ def test_required_points_missing(capsys, tmp_path: Path, baseline: Path) -> None
     assert_unusable(*run(capsys, baseline, subset, "--require-points", str(listed))[::2], key)
     present = "b1_L1024_H32_P64_N64_G1_Q256_bfloat16_D_bias_sp"
     assert run(capsys, baseline, subset, "--require-points", present)[0] == 0
+    typo = str(tmp_path / "requried.txt")
+    assert_unusable(*run(capsys, baseline, subset, "--require-points", typo)[::2], "no such file")
 
 
 def test_no_comparable_points(capsys, tmp_path: Path, baseline: Path) -> None:

@@ -149,6 +149,17 @@ def test_time_cap_stops_sampling() -> None:
     assert m.summary.n == 25 and m.ci_wide
 
 
+def test_a_slow_call_still_gets_min_reps_past_the_time_cap() -> None:
+    """A call far slower than max_seconds allows (a regression) still gets an interval, so the
+    gate can judge it; it stops at min_reps."""
+    ticks = itertools.count(step=100.0)
+    policy = TimingPolicy(warmup=0, min_reps=6, max_reps=1000, max_seconds=1.0)
+    timer = ScriptedTimer({"a": alternating(1.0, 3.0), "b": constant(1.0)})
+    a, b = measure(calls("a", "b"), "graph", policy, timer, clock=lambda: next(ticks))
+    assert a.summary.n == b.summary.n == 6
+    assert a.summary.ci_low == 1.0 and a.summary.ci_high == 3.0
+
+
 def test_kernels_mode_samples_in_batches_and_keeps_kernel_medians() -> None:
     policy = TimingPolicy(warmup=0, min_reps=10, max_reps=100, kernels_batch=4)
     timer = ScriptedTimer({"a": constant(1.0), "b": constant(1.0)})
