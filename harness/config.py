@@ -298,10 +298,23 @@ def validate(cfg: BenchConfig) -> list[Problem]:
 def _check_reference_or_fallback(cfg: BenchConfig, problems: list[Problem]) -> None:
     """Every answer needs something to be checked against: the float64 reference where it fits
     check.reference_max_gib, else the check.fallback provider, which must then be measured too."""
+    from harness import providers
+
     names, check = cfg.providers.names, cfg.check
+    big = [p for p in problems if reference_gib(p) > check.reference_max_gib]
+    fallback = providers.get(check.fallback)
+    beyond = [(p, fallback.supports(p)) for p in big if fallback.supports(p)]
+    if beyond:
+        problem, reason = beyond[0]
+        raise ConfigError(
+            f"{len(beyond)} point(s), the first {problem.key()}, need a float64 reference above "
+            f"check.reference_max_gib={check.reference_max_gib:g} GiB "
+            f"({reference_gib(problem):.1f} GiB) and check.fallback={check.fallback} cannot run "
+            f"them ({reason}), so their answers could not be checked: raise "
+            "check.reference_max_gib if the device holds the reference, or leave those points out"
+        )
     if check.fallback in names:
         return
-    big = [p for p in problems if reference_gib(p) > check.reference_max_gib]
     if big:
         raise ConfigError(
             f"{len(big)} point(s), the first {big[0].key()}, need a float64 reference above "

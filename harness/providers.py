@@ -157,6 +157,33 @@ def _cutile_prepare(problems: list[Problem], policy: str) -> dict:
     return precompile_defaults(inputs, torch.device("cuda", torch.cuda.current_device())).to_dict()
 
 
+#: mamba_ssm's Triton kernels compute element offsets in int32 (state-spaces/mamba#1015).
+TRITON_MAX_ELEMENTS = 2**31 - 1
+
+
+def _triton_supports(problem: Problem) -> str | None:
+    """Out of range where a tensor it indexes (x, z and out; its chunk states and C·Bᵀ chunks)
+    has more elements than an int32 offset reaches: the offsets wrap, which crashes the worker's
+    CUDA context or answers wrong, and Triton is the answer others are checked against where the
+    float64 reference is too big."""
+    p = problem
+    chunks = -(-p.seqlen // p.chunk_size)
+    tensors = {
+        "x (batch·seqlen·nheads·headdim)": p.batch * p.seqlen * p.nheads * p.headdim,
+        "the chunk states (batch·chunks·nheads·headdim·dstate)": (
+            p.batch * chunks * p.nheads * p.headdim * p.dstate
+        ),
+        "C·Bᵀ (batch·chunks·ngroups·chunk_size²)": p.batch * chunks * p.ngroups * p.chunk_size**2,
+    }
+    name, largest = max(tensors.items(), key=lambda item: item[1])
+    if largest <= TRITON_MAX_ELEMENTS:
+        return None
+    return (
+        f"mamba_ssm's Triton kernels index with int32 offsets (state-spaces/mamba#1015) and "
+        f"{name} has {largest:,} elements, above 2³¹−1: lower batch, seqlen or nheads"
+    )
+
+
 register(
     Provider(
         name="reference",
@@ -175,6 +202,7 @@ register(
         # imported; read here without importing triton.
         devices=("cpu", "cuda") if triton_ssd.interpreter_requested() else ("cuda",),
         kernel_prefixes=triton_ssd.KERNEL_NAMES,
+        supports=_triton_supports,
         tuning_report=triton_ssd.autotune_picks,
         self_tuning=SelfTuning(
             forget=triton_ssd.reset_autotuning,

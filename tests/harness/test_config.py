@@ -175,3 +175,12 @@ def test_a_tuning_cache_that_is_a_folder_fails_before_any_gpu_work(tmp_path, mon
     config.validate(bench("sweep=smoke", "tune=off"))  # never read
     monkeypatch.setenv("SSDBENCH_TUNING_CACHE", str(tmp_path / "tuning.json"))
     config.validate(bench("sweep=smoke", "tune=cached"))
+
+
+def test_points_neither_the_reference_nor_the_fallback_can_check_fail_first() -> None:
+    """Past the reference's memory budget the fallback (Triton) checks the answers, but not
+    where its int32 offsets wrap: such a point is refused before any GPU work."""
+    big = ["sweep=smoke", "sweep.batch=8", "sweep.seqlen=65536", "sweep.nheads=128"]
+    with pytest.raises(ConfigError, match="check.fallback=triton cannot run them .*int32"):
+        config.validate(bench(*big))
+    config.validate(bench(*big, "check.reference_max_gib=1000"))

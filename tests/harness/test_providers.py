@@ -159,3 +159,13 @@ def test_registry_import_is_light_and_triton_cpu_needs_the_interpreter(
         check=True,
     )
     assert json.loads(result.stdout) == [[], devices]
+
+
+def test_triton_refuses_tensors_its_int32_offsets_cannot_reach() -> None:
+    """mamba_ssm's kernels wrap their offsets past 2³¹ elements (state-spaces/mamba#1015)."""
+    triton = providers.get("triton")
+    assert triton.supports(Problem(batch=1, seqlen=65536, nheads=128, dstate=256)) is None
+    reason = triton.supports(Problem(batch=8, seqlen=65536, nheads=128, dstate=64))
+    assert reason is not None and "x (batch·seqlen·nheads·headdim) has 4,294,967,296" in reason
+    states = triton.supports(Problem(batch=2, seqlen=65536, nheads=128, dstate=256, chunk_size=64))
+    assert states is not None and "chunk states" in states
