@@ -19,7 +19,8 @@ TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-3, "float32": 5e-3}
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖₂ / ‖ref‖₂ in float64; NaN if out holds any NaN or inf."""
+    """‖out − ref‖₂ / ‖ref‖₂ in float64; NaN if out holds any NaN or inf; against an all-zero
+    reference 0 for an all-zero answer and inf for any other."""
     out64, ref64 = out.detach().double(), ref.detach().to(out.device).double()
     if out64.shape != ref64.shape:
         raise ValueError(f"shape mismatch: out {tuple(out64.shape)} vs ref {tuple(ref64.shape)}")
@@ -27,7 +28,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
         return math.nan
     denom = torch.linalg.vector_norm(ref64).item()
     diff = torch.linalg.vector_norm(out64 - ref64).item()
-    return diff / denom if denom > 0 else diff
+    if denom == 0:  # no scale to be relative to: only the exact answer is right
+        return 0.0 if diff == 0 else math.inf
+    return diff / denom
 
 
 def passes(error: float, dtype: str) -> bool:
@@ -35,14 +38,24 @@ def passes(error: float, dtype: str) -> bool:
     return error <= TOLERANCE[dtype]
 
 
+#: Every bit set: NaN read as any float dtype (fp64, fp32, bf16, fp16), at any alignment.
+POISON_BYTE = 0xFF
+
+
+def poison_block(nbytes: int, device: torch.device | str) -> torch.Tensor:
+    """`nbytes` of POISON_BYTE on `device`."""
+    return torch.full((nbytes,), POISON_BYTE, dtype=torch.uint8, device=device)
+
+
 def poison_cuda_allocator(device: torch.device | str, nbytes: int) -> None:
     """Fill `nbytes` of the caching allocator's free memory with NaN and release it.
 
     Providers allocate their own outputs with torch.empty; the caching allocator hands back these
-    freed NaN-filled blocks, so an element a kernel forgets to write stays NaN and fails the check.
-    Both pools are poisoned: the large one (one block of `nbytes`) and the small one (< 1 MiB
-    requests, 2 MiB segments), which holds the outputs of tiny problems.
+    freed NaN-filled blocks, so an element a kernel forgets to write stays NaN and fails the check,
+    whatever the output's dtype (a float32 NaN's bytes would read as 0.0 at every other bf16
+    element). Both pools are poisoned: the large one (one block of `nbytes`) and the small one
+    (< 1 MiB requests, 2 MiB segments), which holds the outputs of tiny problems.
     """
-    small = [torch.full((1 << 17,), math.nan, device=device) for _ in range(32)]  # 512 KiB each
-    large = torch.full((max(nbytes // 4, 1 << 20),), math.nan, dtype=torch.float32, device=device)
+    small = [poison_block(1 << 19, device) for _ in range(32)]  # 512 KiB each
+    large = poison_block(max(nbytes, 4 << 20), device)
     del small, large

@@ -29,8 +29,20 @@ def test_shape_mismatch_is_an_error() -> None:
         correctness.relative_error(torch.zeros(2), torch.zeros(3))
 
 
-def test_zero_reference_falls_back_to_the_absolute_error() -> None:
-    assert correctness.relative_error(torch.ones(4), torch.zeros(4)) == pytest.approx(2.0)
+def test_against_a_zero_reference_only_the_exact_answer_is_right() -> None:
+    assert correctness.relative_error(torch.zeros(4), torch.zeros(4)) == 0.0
+    error = correctness.relative_error(torch.full((4,), 1e-3), torch.zeros(4))
+    assert error == math.inf and not correctness.passes(error, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_the_poison_is_nan_in_every_output_dtype(dtype: torch.dtype, offset: int) -> None:
+    """An unwritten element of any dtype reads NaN, wherever in the block it starts."""
+    block = correctness.poison_block(64, "cpu")[offset:].clone()
+    size = dtype.itemsize
+    values = block[: (block.numel() // size) * size].view(dtype)
+    assert values.numel() > 0 and values.isnan().all()
 
 
 def test_tolerances_order_by_precision() -> None:
