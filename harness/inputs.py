@@ -34,7 +34,7 @@ DT_SCALE_RANGE = (2e-3, 6e-2)
 # With softplus, raw dt is uniform in [-DT_NOISE, DT_NOISE) around its head's bias.
 DT_NOISE = 0.5
 A_RANGE = (1.0, 16.0)  # Mamba2 A_init_range: A = -uniform(1, 16)
-STATE_SCALE = 0.1  # initial states: small next to the states the sequence itself builds
+STATE_SCALE = 0.1  # initial states: the states the sequence builds are of this order (RMS ~0.05)
 
 
 @dataclass(frozen=True)
