@@ -25,8 +25,9 @@ class Problem:
     """Shapes, dtype and options of one `mamba_chunk_scan_combined` forward call.
 
     x (batch, seqlen, nheads, headdim); dt (batch, seqlen, nheads); A (nheads,);
-    B, C (batch, seqlen, ngroups, dstate). `dtype` is that of x/B/C/z; dt, A, D, dt_bias and the
-    states are float32 as in Mamba-2 models.
+    B, C (batch, seqlen, ngroups, dstate). `dtype` is that of x/B/C/z; A, D, dt_bias and the
+    states are float32 as in Mamba-2 models, and so is dt here (a model's dt is a slice of its
+    in_proj output, in the model's dtype; both providers take either).
     """
 
     batch: int = 1
