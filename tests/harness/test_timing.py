@@ -230,3 +230,74 @@ def test_split_kernel_events_refuses_what_it_cannot_attribute() -> None:
         split_kernel_events(events, ("k1",), reps=2)
     with pytest.raises(TimingError, match="no profiled kernel name starts with"):
         split_kernel_events(events, ("other",), reps=3)
+
+
+class _StreamLog:
+    """A fake torch whose CUDA calls log what they queue, in order (CudaTimer without a GPU)."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        log = self.log
+
+        class Event:
+            def __init__(self, enable_timing: bool) -> None:
+                pass
+
+            def record(self) -> None:
+                log.append("record")
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other) -> float:
+                return 1.0
+
+        class Graph:
+            def replay(self) -> None:
+                log.append("launch")
+
+            def reset(self) -> None:
+                pass
+
+        @contextmanager
+        def graph(g):
+            yield
+
+        self.cuda = type("cuda", (), {})()
+        self.cuda.Event, self.cuda.CUDAGraph, self.cuda.graph = Event, Graph, graph
+        self.cuda.synchronize = lambda: log.append("sync")
+        self.cuda._sleep = lambda cycles: log.append("spin")
+
+
+class _FlushBuffer:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def zero_(self) -> None:
+        self.log.append("flush")
+
+
+@pytest.mark.parametrize(
+    ("l2", "mode", "queued"),
+    [
+        ("warm", "graph", ["spin", "record", "launch", "record"]),
+        ("cold", "graph", ["flush", "record", "launch", "record"]),
+        ("warm", "eager", ["sync", "record", "launch", "record"]),
+        ("cold", "eager", ["flush", "sync", "record", "launch", "record"]),
+    ],
+)
+def test_a_graph_launch_is_never_timed_from_an_idle_stream(l2, mode, queued) -> None:
+    """Graph mode times device work: something is queued ahead of the start event (the flush,
+    or warm a spinning kernel) so the host's launch latency falls before it. Eager mode times
+    the host too, from an idle GPU."""
+    from harness.timing import CudaTimer
+
+    fake = _StreamLog()
+    timer = CudaTimer.__new__(CudaTimer)
+    timer._torch = fake
+    timer._flush_buffer = _FlushBuffer(fake.log) if l2 == "cold" else None
+    run = Call("a", lambda: fake.log.append("launch"))
+    with timer.sampler(mode, run) as take:
+        fake.log.clear()
+        take(1)
+    assert fake.log == queued
