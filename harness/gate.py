@@ -38,8 +38,8 @@ downward ambiguous point); 2 unusable input (missing or unreadable file, foreign
 schema version the harness cannot read, a run without rows in the mode or without GPU names,
 different GPUs (between the runs, or within one run whose rows name several GPU models),
 different measurement settings (SETTINGS_KEYS), required points missing, no comparable points),
-with a one-line message on stderr. --allow-different-gpus
-lets both kinds of GPU difference through; --allow-different-settings the settings.
+with a one-line message on stderr. --allow-different-gpus lets both kinds of GPU difference
+through; --allow-different-settings the settings.
 """
 
 from __future__ import annotations
