@@ -281,11 +281,6 @@ def fwd_pass_state_kernel(
         )  # fmt: skip
 
 
-# config.state_warps: two consumer warpgroups, each taking half a walker's state columns; the walk
-# 2.2-3.4x slower at dstate 256 (H200, run 229), so no default uses it.
-fwd_pass_state_kernel_8_warps = fwd_pass_state_kernel.replace_hints(num_worker_warps=8)
-
-
 @dataclass(frozen=True)
 class StatePass:
     """What fwd_pass_state leaves for compute_out (and the final states)."""
@@ -367,10 +362,7 @@ def fwd_pass_state_launch(
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
     grid = (nblocks, nheads // hs, batch * segments)
-    kernel = with_occupancy(
-        fwd_pass_state_kernel_8_warps if config.state_warps else fwd_pass_state_kernel,
-        config.state_occupancy,
-    )
+    kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
         x, B, dt_out, dA_cumsum,
         initial_states if initial_states is not None else unused,

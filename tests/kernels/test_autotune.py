@@ -126,7 +126,6 @@ def test_writers_that_loaded_the_cache_early_keep_each_others_entries(tmp_path: 
         {"state_latency": 0},
         {"out_latency": 11},
         {"out_cb": 4},
-        {"state_warps": 4},
     ],
 )
 def test_unusable_configs_are_rejected(bad: dict) -> None:
@@ -836,3 +835,11 @@ def test_finalists_are_timed_in_turns_so_a_drift_falls_on_all() -> None:
     assert times["fast"] < times["slow"]
     assert [fn() for fn in calls[2:6]] == [101.0, 100.0, 101.0, 100.0]  # after one warm-up each
     assert len(calls) == 2 + 2 * 10
+
+
+def test_a_retired_field_reads_only_at_the_value_that_launches_as_now() -> None:
+    """Older runs' rows and caches record state_warps, since removed: 0 still reads as what ran."""
+    recorded = {**DEFAULT_CONFIG.to_dict(), "state_warps": 0}
+    assert SSDConfig.from_dict(recorded) == DEFAULT_CONFIG
+    with pytest.raises(ValueError, match="state_warps was removed"):
+        SSDConfig.from_dict({**recorded, "state_warps": 8})

@@ -139,18 +139,6 @@ def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> Non
     assert args[2].shape == (1, 8, 1, 128, 128) and args[2].dtype == torch.float32
 
 
-def test_state_warps_launch_the_walk_built_for_two_warpgroups() -> None:
-    """state_warps=8 (the walk measured 2.2-3.4x slower, run 229) launches the walk's kernel
-    with eight worker warps, its other arguments as without."""
-    from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel_8_warps
-
-    default, eight = (
-        _recorded(SSDConfig(state_block_n=64, state_segments=1, state_warps=w))[1] for w in (0, 8)
-    )
-    assert eight[1] is fwd_pass_state_kernel_8_warps and default[1] is not eight[1]
-    assert default[0] == eight[0] and len(default[2]) == len(eight[2])
-
-
 @pytest.mark.parametrize("beside", [0, 1], ids=["after-the-walk", "beside-the-walk"])
 def test_c_b_in_scaled_fp16_comes_with_one_inverse_scale_per_compute_out_tile(beside: int) -> None:
     """out_cb=3: chunk_cb (or its strided kernel beside the walk) stores C·Bᵀ in fp16 and a
