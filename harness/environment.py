@@ -14,6 +14,7 @@ import platform
 import re
 import socket
 import subprocess
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -66,28 +67,61 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+# git on this checkout whoever owns it (a tree copied or staged by another user is "dubious" to
+# git, which then answers nothing).
+_GIT = ("git", "-c", "safe.directory=*", "-C", str(REPO))
+# What counts as the run's code: every tracked file but the results the runs write (a tree whose
+# results were moved aside, to travel light, is no less the commit's code).
+_CODE = (".", ":(exclude)results")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
 def git_state() -> dict[str, object]:
-    """Commit of the working tree and whether tracked files differ from it.
+    """Commit of the working tree and whether its tracked code differs from it (with the first
+    paths that do, under "changed").
 
     Whoever copies a tree to a GPU node (rsync of a checkout, a batch system's staging) may set
-    SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY (0 or 1); the copy's own .git may be missing or,
-    worse, stale (a snapshot of an older checkout), so when they are set they win, with "source"
-    saying so and what the local git answered kept beside them.
+    SSDBENCH_GIT_COMMIT (the full commit) / SSDBENCH_GIT_DIRTY (0 or 1); the copy's own .git may
+    be missing or, worse, stale (a snapshot of an older checkout), so when they are set they win,
+    with "source" saying so and what the local git answered kept beside them; where the local git
+    is at that same commit, its own answer on the code is the dirty flag.
     """
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    status = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    local = {"commit": commit, "dirty": None if status is None else bool(status)}
-    if os.environ.get("SSDBENCH_GIT_COMMIT"):
-        dirty = os.environ.get("SSDBENCH_GIT_DIRTY")
-        state = {
-            "commit": os.environ["SSDBENCH_GIT_COMMIT"],
-            "dirty": None if dirty is None else dirty == "1",
-            "source": "SSDBENCH_GIT_COMMIT",
-        }
-        if commit is not None:
-            state["local_git"] = local
-        return state
-    return local
+    commit = _run([*_GIT, "rev-parse", "HEAD"])
+    status = _run([*_GIT, "status", "--porcelain", "--untracked-files=no", "--", *_CODE])
+    local: dict[str, object] = {"commit": commit, "dirty": None if status is None else bool(status)}
+    if status:
+        local["changed"] = [line[2:].strip() for line in status.splitlines()[:20]]
+    override = _git_override()
+    if override is None:
+        if commit is None:
+            warnings.warn(
+                "no git commit found for this run (no git, or not a checkout): where the tree is a "
+                "copy, set SSDBENCH_GIT_COMMIT and SSDBENCH_GIT_DIRTY",
+                stacklevel=2,
+            )
+        return local
+    state = {**override, "source": "SSDBENCH_GIT_COMMIT"}
+    if commit is not None:
+        state["local_git"] = local
+        if commit == override["commit"] and local["dirty"] is not None:
+            state["dirty"] = local["dirty"]
+    return state
+
+
+def _git_override() -> dict[str, object] | None:
+    """SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY, checked; None when the commit is not set."""
+    commit = os.environ.get("SSDBENCH_GIT_COMMIT")
+    if not commit:
+        return None
+    if not _COMMIT.fullmatch(commit):
+        raise ValueError(
+            "SSDBENCH_GIT_COMMIT must be a full 40-digit commit (git rev-parse HEAD), "
+            f"got {commit!r}"
+        )
+    dirty = os.environ.get("SSDBENCH_GIT_DIRTY")
+    if dirty not in (None, "0", "1"):
+        raise ValueError(f"SSDBENCH_GIT_DIRTY must be 0 or 1, got {dirty!r}")
+    return {"commit": commit, "dirty": None if dirty is None else dirty == "1"}
 
 
 def _smi_selector(index: int) -> str:

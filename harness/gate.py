@@ -100,13 +100,14 @@ class Run:
         return records.gpu_names(self.table)
 
     def describe(self) -> dict:
-        env = dict(markdown.flatten(self.meta.get("env", {})))
-        commit = next((v for k, v in env.items() if k.split(".")[-1] == "commit"), "")
+        """Path, id, GPUs and the commits its points were measured at ("commit": their text)."""
+        commits = records.measured_commits(self.table, self.meta)
         return {
             "path": str(self.path),
             "run_id": self.meta.get("run_id", ""),
             "gpus": self.gpus,
-            "commit": commit,
+            "commit": markdown.commits(commits),
+            "commits": commits,
         }
 
 
@@ -433,7 +434,7 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
             side,
             f"`{r.get('run_id', '')}`",
             ", ".join(r.get("gpus", [])),
-            r.get("commit", "")[:12],
+            r.get("commit", ""),
             r.get("path", ""),
         )
         for side, r in runs.items()

@@ -217,7 +217,7 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         rows.append(
             (
                 f"`{run.meta.get('run_id', '')}`",
-                run.describe()["commit"][:12],
+                run.describe()["commit"],
                 _timed_text(summary, planned_points(run.meta)),
                 markdown.ratio(summary["min"]),
                 markdown.ratio(summary["geomean"]),

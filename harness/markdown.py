@@ -85,3 +85,13 @@ def point_label(row: Mapping, columns: Sequence[str]) -> str:
         text = tokens(value) if c == "seqlen" else str(value)
         parts.append(f"{_SHORT[c]}={text}" if _SHORT.get(c) else text)
     return " ".join(parts)
+
+
+def commits(counts: Mapping[str, int]) -> str:
+    """'6350b9bdd7d5' for a run measured at one commit; with several (resumed at another), each
+    with its points, most first: '6350b9bdd7d5 (62 points), 3223a0202438 (1)'."""
+    if len(counts) <= 1:
+        return next(iter(counts), "")[:12]
+    parts = [f"{c[:12] or '?'} ({n})" for c, n in counts.items()]
+    parts[0] = parts[0].replace(")", " points)")
+    return ", ".join(parts)

@@ -208,6 +208,20 @@ def run_meta(run_dir: Path) -> dict:
     return {**meta, "workers": workers} if workers else meta
 
 
+def measured_commits(table: pd.DataFrame, meta: dict) -> dict[str, int]:
+    """{commit: points measured at it}, most points first: each row's worker's commit (a run
+    resumed at another commit holds several), else the run's (rows older than worker records)."""
+    run_commit = str(meta.get("env", {}).get("git", {}).get("commit") or "")
+    by_worker = {
+        w.get("worker"): str(w.get("env", {}).get("git", {}).get("commit") or "")
+        for w in meta.get("workers", [])
+    }
+    workers = table["worker"] if "worker" in table else pd.Series(None, index=table.index)
+    commits = workers.map(lambda w: by_worker.get(w, run_commit) if pd.notna(w) else run_commit)
+    counts = table.assign(commit=commits).groupby("commit")["point"].nunique()
+    return {str(c): int(n) for c, n in counts.sort_values(ascending=False, kind="stable").items()}
+
+
 def gpu_names(table: pd.DataFrame) -> list[str]:
     """The GPU models that measured the rows; more than one means the numbers do not compare."""
     return sorted(str(n) for n in table["gpu_name"].dropna().unique())

@@ -12,7 +12,8 @@ from harness import environment
 def test_capture_without_gpu_or_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: None)
     monkeypatch.setattr(environment, "tileiras_version", lambda: None)
-    env = environment.capture(None)
+    with pytest.warns(UserWarning, match="no git commit"):
+        env = environment.capture(None)
     assert env["gpu"] == {"name": "cpu", "index": None}
     assert env["git"] == {"commit": None, "dirty": None}
     assert env["versions"]["tileiras"] is None and env["clocks_start"] is None
@@ -20,31 +21,85 @@ def test_capture_without_gpu_or_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     json.dumps(env)  # goes into meta.json
 
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+OTHER = "feedbeeffeedbeeffeedbeeffeedbeeffeedbeef"
+
+
+def _git(monkeypatch: pytest.MonkeyPatch, commit: str | None, status: str | None) -> list:
+    """A fake `git` answering rev-parse and status; returns the commands it was asked."""
+    asked = []
+
+    def run(cmd, timeout=20.0):
+        asked.append(cmd)
+        return commit if "rev-parse" in cmd else status
+
+    monkeypatch.setattr(environment, "_run", run)
+    return asked
+
+
 def test_git_state_reads_commit_and_dirty_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers = {"rev-parse": "0123abc", "status": " M harness/runner.py"}
-    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: answers[cmd[3]])
-    assert environment.git_state() == {"commit": "0123abc", "dirty": True}
+    asked = _git(monkeypatch, COMMIT, "M harness/runner.py\n M kernels/cutile/ssd.py")
+    assert environment.git_state() == {
+        "commit": COMMIT,
+        "dirty": True,
+        "changed": ["harness/runner.py", "kernels/cutile/ssd.py"],
+    }
+    status = next(cmd for cmd in asked if "status" in cmd)
+    assert status[:3] == ["git", "-c", "safe.directory=*"]  # a checkout another user owns
+    assert status[-2:] == [".", ":(exclude)results"]  # results moved aside are not code
 
 
 def test_git_state_from_the_environment_without_git(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: None)
-    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "feedbeef")
+    _git(monkeypatch, None, None)
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", OTHER)
     monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "0")
     state = environment.git_state()
-    assert state == {"commit": "feedbeef", "dirty": False, "source": "SSDBENCH_GIT_COMMIT"}
+    assert state == {"commit": OTHER, "dirty": False, "source": "SSDBENCH_GIT_COMMIT"}
 
 
 def test_commit_set_by_the_copier_wins_over_a_stale_git(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers = {"rev-parse": "01dc0de", "status": " M kernels/cutile/ssd.py"}
-    monkeypatch.setattr(environment, "_run", lambda cmd, timeout=20.0: answers[cmd[3]])
-    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "feedbeef")
+    _git(monkeypatch, COMMIT, "M kernels/cutile/ssd.py")
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", OTHER)
     monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "0")
     assert environment.git_state() == {
-        "commit": "feedbeef",
+        "commit": OTHER,
         "dirty": False,
         "source": "SSDBENCH_GIT_COMMIT",
-        "local_git": {"commit": "01dc0de", "dirty": True},
+        "local_git": {"commit": COMMIT, "dirty": True, "changed": ["kernels/cutile/ssd.py"]},
     }
+
+
+@pytest.mark.parametrize("status", ["", "M kernels/cutile/ssd.py"])
+def test_at_the_copiers_commit_the_trees_own_answer_is_the_dirty_flag(
+    monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    _git(monkeypatch, COMMIT, status)
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", COMMIT)
+    monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "1" if not status else "0")
+    assert environment.git_state()["dirty"] is bool(status)
+
+
+@pytest.mark.parametrize(
+    ("commit", "dirty", "named"),
+    [
+        ("HEAD", "0", "SSDBENCH_GIT_COMMIT must be a full 40-digit commit"),
+        ("6350b9b", "0", "SSDBENCH_GIT_COMMIT must be a full 40-digit commit"),
+        (COMMIT, "true", "SSDBENCH_GIT_DIRTY must be 0 or 1"),
+    ],
+)
+def test_a_malformed_override_is_refused(monkeypatch, commit: str, dirty: str, named: str) -> None:
+    _git(monkeypatch, None, None)
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", commit)
+    monkeypatch.setenv("SSDBENCH_GIT_DIRTY", dirty)
+    with pytest.raises(ValueError, match=named):
+        environment.git_state()
+
+
+def test_no_commit_at_all_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    _git(monkeypatch, None, None)
+    monkeypatch.delenv("SSDBENCH_GIT_COMMIT", raising=False)
+    with pytest.warns(UserWarning, match="set SSDBENCH_GIT_COMMIT"):
+        assert environment.git_state() == {"commit": None, "dirty": None}
 
 
 def test_missing_command_is_none() -> None:

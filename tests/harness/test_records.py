@@ -199,3 +199,32 @@ def test_only_the_added_columns_may_be_missing() -> None:
     table = pa.Table.from_pylist(modes()).drop_columns(["gpu_clocks", "seed"])
     with pytest.raises(records.RecordsError, match="columns differ"):
         records.upgraded(table)
+
+
+def test_measured_commits_count_each_workers_points() -> None:
+    """A run resumed at another commit names both, with the points each measured; rows older
+    than worker records take the run's commit."""
+    import pandas as pd
+
+    table = pd.DataFrame(
+        {
+            "point": ["p1", "p1", "p2", "p3", "p4"],
+            "worker": ["w1", "w1", "w1", "w2", None],
+        }
+    )
+    meta = {
+        "env": {"git": {"commit": "aaa"}},
+        "workers": [
+            {"worker": "w1", "env": {"git": {"commit": "aaa"}}},
+            {"worker": "w2", "env": {"git": {"commit": "bbb"}}},
+        ],
+    }
+    assert records.measured_commits(table, meta) == {"aaa": 3, "bbb": 1}
+    assert records.measured_commits(table.drop(columns="worker"), {}) == {"": 4}
+
+
+def test_the_committed_v45_names_both_its_commits() -> None:
+    table, meta = records.load_run(REPO / "results/nvidia-h200/default-h200-v45")
+    commits = records.measured_commits(table, meta)
+    assert [c[:7] for c in commits] == ["6350b9b", "3223a02"]
+    assert list(commits.values()) == [62, 1]
