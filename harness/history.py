@@ -12,10 +12,14 @@ RUNs (run directories or results Parquet files) are given oldest first. It print
   point. One run's speedups carry the luck of the baseline's autotune picks in that process; this
   one does not reward a slow pick;
 - for the last run, each provider's median time against the run before it: which side moved;
-  for a provider whose rows record its launch config (cuTile's tuning column), split into the
-  points whose config changed and those whose did not. The latter moved only by drift (another
-  node, its clocks, the kernels' code if it changed between the commits), which the former
-  carry too; runs on GPUs with no uuid in common are named, as that drift is then the node's;
+  split into the points whose launch changed and those whose did not (the chunk length each
+  provider ran, and cuTile's launch config from its tuning column). The latter moved only by
+  drift (another node, its clocks, the kernels' code if it changed between the commits), which
+  the former carry too; runs on GPUs with no uuid in common are named, as that drift is then the
+  node's;
+- the runs measured with settings other than the last run's (gate.SETTINGS_KEYS: autotuning,
+  chunk policy, L2, seed), which the fastest times include and whose time changes are not the
+  code's alone;
 - for the last run, each provider's chunk screening times against the run before it, per chunk
   length screened (chunk_policy=fastest). The length a provider did not run is timed only
   there, so a change that slows that length shows nowhere else (docs/performance.md, change 49).
@@ -35,7 +39,7 @@ import pandas as pd
 
 from harness import analysis, markdown, providers, records, stats
 from harness.config import planned_points
-from harness.gate import GateInputError, Run, load
+from harness.gate import SETTINGS_KEYS, GateInputError, Run, load, setting
 from harness.peaks import row_rate
 from harness.problem import SHAPE_FIELDS, Problem, flops
 
@@ -81,13 +85,14 @@ def time_change(previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode:
 
 
 def launch_configs(table: pd.DataFrame, provider: str, mode: str) -> pd.Series:
-    """Per point: the launch config the provider's rows record (the tuning column's `config`
-    with the chunk length it ran), as a dict; points that record none are left out."""
+    """Per point: what the provider's rows record of its launch, as a dict: the chunk length it
+    ran (the point's own where none is recorded: no chunk screening) and, where the tuning column
+    holds one, its `config` (cuTile's; Triton records only its chunk length)."""
     configs = {}
-    for point, tuning in _timed(table, provider, mode)["tuning"].items():
-        recorded = json.loads(tuning or "{}")
-        if recorded.get("config") is not None:
-            configs[point] = {**recorded["config"], "chunk_size": recorded.get("chunk_size")}
+    for point, row in _timed(table, provider, mode).iterrows():
+        recorded = json.loads(row["tuning"] or "{}")
+        chunk = recorded.get("chunk_size") or int(row["chunk_size"])
+        configs[point] = {**(recorded.get("config") or {}), "chunk_size": chunk}
     return pd.Series(configs, dtype=object)
 
 
@@ -109,8 +114,8 @@ def same_launch(before: dict, after: dict, defaults: dict | None = None) -> bool
 def time_change_by_config(
     previous: pd.DataFrame, last: pd.DataFrame, provider: str, mode: str
 ) -> dict[str, pd.Series]:
-    """time_change split into {"config changed": ..., "config unchanged": ...} by the launch
-    configs both runs record; empty where either run records none."""
+    """time_change split into {"launch changed": ..., "launch unchanged": ...} by the launch
+    configs both runs record (launch_configs)."""
     ratio = time_change(previous, last, provider, mode)
     before, after = launch_configs(previous, provider, mode), launch_configs(last, provider, mode)
     both = ratio.index.intersection(before.index).intersection(after.index)
@@ -120,7 +125,7 @@ def time_change_by_config(
     same = pd.Series(
         [same_launch(before[p], after[p], defaults) for p in both], index=both, dtype=bool
     )
-    return {"config changed": ratio[both][~same], "config unchanged": ratio[both][same]}
+    return {"launch changed": ratio[both][~same], "launch unchanged": ratio[both][same]}
 
 
 def _launch_defaults(provider: str) -> dict:
@@ -242,22 +247,52 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         "",
         _excess(above_fastest(last.table, tables, baseline, mode), last.table, baseline),
     ]
+    lines += _settings_section(runs)
     if len(runs) > 1:
         lines += _time_section(runs[-2], last, sides, mode)
         lines += _screening_section(runs[-2], last, sides, mode)
     return "\n".join(lines) + "\n"
 
 
+def _settings_section(runs: list[Run]) -> list[str]:
+    """Markdown lines naming the runs measured with settings other than the last run's, grouped
+    by what differs; none where all agree."""
+    last = runs[-1]
+    groups: dict[str, list[str]] = {}
+    for run in runs[:-1]:
+        differ = [
+            f"{key}={setting(run.meta, key)!r}"
+            for key in SETTINGS_KEYS
+            if setting(run.meta, key) != setting(last.meta, key)
+        ]
+        if differ:
+            groups.setdefault(", ".join(differ), []).append(f"`{run.meta.get('run_id', '')}`")
+    if not groups:
+        return []
+    own = ", ".join(f"{key}={setting(last.meta, key)!r}" for key in SETTINGS_KEYS)
+    return [
+        "",
+        "## Settings",
+        "",
+        f"The last run's: {own}. Runs measured otherwise (the fastest times above include them; "
+        "a time change from one of them is not the code's alone):",
+        "",
+        *(f"- {', '.join(ids)}: {differ}" for differ, ids in groups.items()),
+    ]
+
+
 def _time_section(previous: Run, last: Run, sides: tuple[str, str], mode: str) -> list[str]:
-    """Markdown lines of each provider's time against the run before, and, where configs are
-    recorded, apart for the points whose config changed and those whose did not."""
+    """Markdown lines of each provider's time against the run before, and, where some point's
+    launch changed, apart for those points and the others."""
     rows = []
     for side in sides:
         rows.append(
             (side, *_spread_cells(time_change(previous.table, last.table, side, mode), last.table))
         )
-        for label, ratio in time_change_by_config(previous.table, last.table, side, mode).items():
-            rows.append((f"{side}, {label}", *_spread_cells(ratio, last.table)))
+        split = time_change_by_config(previous.table, last.table, side, mode)
+        if split and not split["launch changed"].empty:
+            for label, ratio in split.items():
+                rows.append((f"{side}, {label}", *_spread_cells(ratio, last.table)))
     lines = ["", f"## Time against `{previous.meta.get('run_id', '')}`", ""]
     before, after = gpu_uuids(previous.meta), gpu_uuids(last.meta)
     if before and after and not before & after:

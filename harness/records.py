@@ -278,9 +278,25 @@ def completed_points(run_dir: Path) -> set[tuple[str, str]]:
     return set(_pairs(_merged(run_dir)))
 
 
+def _own_rows(table: pa.Table, run_id: str | None, source: Path) -> pa.Table:
+    """`table`, refused when it holds rows of another run (a results file copied into the wrong
+    run folder would pass for measured points, and a resume would skip them)."""
+    if run_id is None or table.num_rows == 0:
+        return table
+    others = sorted(set(table["run_id"].to_pylist()) - {run_id})
+    if others:
+        raise RecordsError(
+            f"{source} holds rows of run {others[0]!r}, not of this run {run_id!r}: move it to "
+            "its own run folder"
+        )
+    return table
+
+
 def _merged(run_dir: Path) -> pa.Table:
     """Part rows, plus rows of results.parquet for (point, provider) pairs without a part."""
-    parts = _read_parts(run_dir)
+    meta_file = Path(run_dir) / META_FILE
+    run_id = read_meta(run_dir).get("run_id") if meta_file.is_file() else None
+    parts = [_own_rows(t, run_id, Path(run_dir) / PARTS_DIR) for t in _read_parts(run_dir)]
     done = {pair for table in parts for pair in _pairs(table)}
     consolidated = Path(run_dir) / RESULTS_FILE
     if consolidated.is_file():
@@ -291,6 +307,7 @@ def _merged(run_dir: Path) -> pa.Table:
                 f"{consolidated} is unreadable ({exc}); restore it (from git, say), or delete it "
                 f"to rebuild it from {PARTS_DIR}/ (a rerun then measures again what only it held)"
             ) from None
+        old = _own_rows(old, run_id, consolidated)
         if not parts:
             return old
         keep = pa.array([pair not in done for pair in _pairs(old)], type=pa.bool_())

@@ -411,7 +411,7 @@ def test_a_run_of_schema_version_1_is_still_a_baseline(capsys, tmp_path: Path) -
     old = tmp_path / "v1"
     old.mkdir()
     meta = synthetic_meta(run_id="v1") | {"schema_version": 1}
-    table = pa.Table.from_pandas(synthetic_table(ci_rel=0.01), preserve_index=False)
+    table = pa.Table.from_pandas(synthetic_table(run_id="v1", ci_rel=0.01), preserve_index=False)
     table = table.drop_columns(["gpu_clocks", "timings"]).replace_schema_metadata(
         {b"ssdbench": json.dumps(meta).encode()}
     )

@@ -88,12 +88,28 @@ def test_time_change_by_config_splits_the_points_whose_config_changed() -> None:
     last = _configured(_scaled(previous, "cutile", 0.98), "cutile", {"state_latency": 6}, point)
     last = _scaled(last, "cutile", 0.9 / 0.98, point)
     split = history.time_change_by_config(previous, last, "cutile", GRAPH)
-    assert list(split["config changed"].index) == [point]
-    assert split["config changed"][point] == pytest.approx(0.9)
-    assert point not in split["config unchanged"].index
-    assert len(split["config unchanged"]) == previous["point"].nunique() - 1
-    assert split["config unchanged"].to_numpy() == pytest.approx(0.98)
-    assert history.time_change_by_config(previous, last, "triton", GRAPH) == {}
+    assert list(split["launch changed"].index) == [point]
+    assert split["launch changed"][point] == pytest.approx(0.9)
+    assert point not in split["launch unchanged"].index
+    assert len(split["launch unchanged"]) == previous["point"].nunique() - 1
+    assert split["launch unchanged"].to_numpy() == pytest.approx(0.98)
+    triton = history.time_change_by_config(previous, last, "triton", GRAPH)
+    assert triton["launch changed"].empty  # Triton ran the point's chunk in both
+
+
+def test_a_provider_that_ran_another_chunk_length_changed_its_launch() -> None:
+    """Triton records no config, only the chunk length chunk_policy=fastest ran (v44 -> v45: 9
+    of 63 points flipped); a run that screened nothing records none and ran the point's own."""
+    previous = synthetic_table()
+    point = previous["point"].iloc[0]
+    last = previous.copy()
+    flipped = (last["provider"] == "triton") & (last["point"] == point)
+    last.loc[flipped, "tuning"] = json.dumps({"chunk_size": 128})
+    unscreened = (last["provider"] == "triton") & (last["point"] != point)
+    last.loc[unscreened, "tuning"] = json.dumps({"chunk_size": None})
+    split = history.time_change_by_config(previous, last, "triton", GRAPH)
+    assert list(split["launch changed"].index) == [point]
+    assert len(split["launch unchanged"]) == previous["point"].nunique() - 1
 
 
 def test_a_knob_only_the_later_run_records_is_no_config_change() -> None:
@@ -102,8 +118,8 @@ def test_a_knob_only_the_later_run_records_is_no_config_change() -> None:
     previous = _configured(synthetic_table(), "cutile", {"state_latency": 2})
     last = _configured(previous, "cutile", {"state_latency": 2, "state_store_tma": 1})
     split = history.time_change_by_config(previous, last, "cutile", GRAPH)
-    assert split["config changed"].empty
-    assert len(split["config unchanged"]) == previous["point"].nunique()
+    assert split["launch changed"].empty
+    assert len(split["launch unchanged"]) == previous["point"].nunique()
     assert not history.same_launch({"state_latency": 2}, {"state_latency": 6, "state_store_tma": 1})
 
 
@@ -115,8 +131,8 @@ def test_a_knob_added_away_from_its_default_is_a_config_change() -> None:
     last = _configured(previous, "cutile", {"state_latency": 2, "state_cb": 0})
     last = _configured(last, "cutile", {"state_latency": 2, "state_cb": 1}, point)
     split = history.time_change_by_config(previous, last, "cutile", GRAPH)
-    assert list(split["config changed"].index) == [point]
-    assert len(split["config unchanged"]) == previous["point"].nunique() - 1
+    assert list(split["launch changed"].index) == [point]
+    assert len(split["launch unchanged"]) == previous["point"].nunique() - 1
     assert not history.same_launch({}, {"state_cb": 1}, {"state_cb": 0})
     assert history.same_launch({}, {"state_cb": 0}, {"state_cb": 0})
     assert history.same_launch({}, {"unknown_knob": 3}, {"state_cb": 0})
@@ -137,16 +153,20 @@ def test_the_command_splits_time_by_config_and_names_runs_on_other_gpus(capsys, 
     new = build_run(tmp_path, run_id="new")
     for run, uuid, factor in ((old, "GPU-a", 1.0), (new, "GPU-b", 0.97)):
         table = _scaled(pd.read_parquet(run / "results.parquet"), "cutile", factor)
-        _configured(table, "cutile", {"state_latency": 2}).to_parquet(run / "results.parquet")
+        table = _configured(table, "cutile", {"state_latency": 2})
+        if run == new:
+            point = table["point"].iloc[0]
+            table = _configured(table, "cutile", {"state_latency": 6}, point)
+        table.to_parquet(run / "results.parquet")
         meta = json.loads((run / "meta.json").read_text())
         meta["env"]["gpu"]["uuid"] = uuid
         (run / "meta.json").write_text(json.dumps(meta))
     assert history.main([str(old), str(new)]) == 0
     out = capsys.readouterr().out
     assert "share no GPU (GPU-a against GPU-b)" in out
-    assert "| cutile, config unchanged | 12 | -3.0 % (" in out
-    assert "| cutile, config changed | 0 |" in out
-    assert "| triton, config" not in out
+    assert "| cutile, launch unchanged | 11 | -3.0 % (" in out
+    assert "| cutile, launch changed | 1 |" in out
+    assert "| triton, launch" not in out  # no point's changed
 
 
 def _screened(table: pd.DataFrame, provider: str, screens: dict) -> pd.DataFrame:
@@ -227,7 +247,7 @@ def test_the_command_prints_every_run_and_the_last_ones_comparisons(capsys, tmp_
     assert "triton's own time in this run against its fastest of all runs: +0.0 %" in out
     assert "Time against `old`" in out
     assert "share no GPU" not in out  # neither run records a GPU uuid
-    assert "config changed" not in out  # neither run records a launch config
+    assert "launch changed" not in out  # no point's launch changed
     assert "Chunk screening" not in out  # neither run screened chunk lengths
 
 
@@ -276,3 +296,20 @@ def test_a_missing_run_or_mode_is_reported(capsys, tmp_path: Path) -> None:
     _unusable(capsys, [str(tmp_path / "nope")], "no such file")
     run = build_run(tmp_path, run_id="eager-only", modes=("eager",))
     _unusable(capsys, [str(run)], "no rows in graph mode")
+
+
+def test_runs_measured_with_other_settings_are_named(capsys, tmp_path) -> None:
+    """The fastest Triton may come from a run that autotuned otherwise: the reader must know."""
+    runs = [
+        build_run(tmp_path, run_id="a", settings={"triton_autotune": "per_point"}),
+        build_run(tmp_path, run_id="b", settings={"triton_autotune": "per_point"}),
+        build_run(tmp_path, run_id="c", settings={"chunk_policy": "fastest"}),
+        build_run(tmp_path, run_id="d"),
+    ]
+    assert history.main([str(run) for run in runs]) == 0
+    out = capsys.readouterr().out
+    assert "## Settings" in out and "The last run's: tune='off', triton_autotune='once'" in out
+    assert "- `a`, `b`: triton_autotune='per_point'" in out
+    assert "- `c`: chunk_policy='fastest'" in out
+    assert history.main([str(runs[3]), str(runs[3])]) == 0
+    assert "## Settings" not in capsys.readouterr().out

@@ -92,6 +92,20 @@ def test_a_committed_run_without_its_parts_still_knows_what_it_measured(run_dir:
     assert records.completed_points(run_dir) == {("p1", "a"), ("p1", "b"), ("p2", "a")}
 
 
+def test_rows_of_another_run_are_refused(run_dir: Path, tmp_path: Path) -> None:
+    """A results file copied into the wrong run folder must not pass for this run's points."""
+    other = tmp_path / "other"
+    records.write_meta(other, {**META, "run_id": "r2"})
+    records.write_part(other, "p1", "a", modes(run_id="r2"))
+    shutil.copy(records.consolidate(other), run_dir / records.RESULTS_FILE)
+    with pytest.raises(records.RecordsError, match="holds rows of run 'r2', not of this run 'r1'"):
+        records.completed_points(run_dir)
+    (run_dir / records.RESULTS_FILE).unlink()
+    records.write_part(run_dir, "p2", "a", modes(run_id="r2"))
+    with pytest.raises(records.RecordsError, match="move it to its own run folder"):
+        records.load_run(run_dir)
+
+
 def test_an_unreadable_results_table_is_an_error_that_says_what_to_do(run_dir: Path) -> None:
     records.write_part(run_dir, "p1", "a", modes())
     (run_dir / records.RESULTS_FILE).write_bytes(b"PAR1 torn write")
