@@ -2,9 +2,12 @@
 
 Two processes timing on one GPU corrupt each other's numbers. So the sweep is split into N shards
 (harness/sharding.py) and shard i runs as its own `run_bench.py` process that sees only the i-th
-GPU (CUDA_VISIBLE_DEVICES), started and watched by submitit's LocalExecutor (one job per shard,
-its log under this job's Hydra output directory). submitit's own GPU option is not used: it gives
-every job of an executor the same GPUs, which would stack all shards on GPU 0.
+GPU (CUDA_VISIBLE_DEVICES), started and watched here (its log under this job's Hydra output
+directory). Each shard runs in a process group of its own, which this process stops (SIGINT: the
+shard records where it got to; SIGKILL after STOP_GRACE_S) when it is interrupted or told to
+terminate, and which the kernel signals if this process dies without a word (Linux), so that no
+shard measures on after it: a rerun would put a second measuring process on its GPU. (submitit's
+LocalExecutor, used before, cancelled only its own wrapper, and the shards measured on.)
 
 The run_id is fixed here, before any shard starts, so that all of them write into one run
 directory (a new `<sweep>-<UTC date-time>` one when none is given). Each shard skips the points
@@ -20,9 +23,13 @@ shard's last lines are still printed.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
-import re
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -33,8 +40,8 @@ from harness.config import BenchConfig, ConfigError
 
 # Overrides the launcher sets for each shard; the user's values for these are dropped.
 OWNED_KEYS = {"gpus", "run_id", "results_dir", "device", "shard", "shard.index", "shard.count"}
-TIMEOUT_MIN = 7 * 24 * 60  # submitit kills local jobs after 2 minutes unless told otherwise
 POLL_S = 2.0  # how often the finished shards are looked for
+STOP_GRACE_S = 60.0  # a stopped shard's time to record its state and consolidate before SIGKILL
 
 
 @dataclass
@@ -98,16 +105,12 @@ TAIL_LINES = 20  # of a failed shard's own output, printed: its log stays where 
 
 
 def _shard_output(log: Path) -> list[str]:
-    """The shard's own lines in its submitit log: after submitit's line with the command, before
-    submitit's own report of how the job ended (a traceback of submitit's, when it failed)."""
+    """The shard's own non-empty lines in its log."""
     try:
-        lines = log.read_text(errors="replace").replace("\r", "\n").splitlines()
+        text = log.read_text(errors="replace")
     except OSError:
         return []
-    sent = [i for i, line in enumerate(lines) if line.startswith("The following command is sent")]
-    start = sent[0] + 1 if sent else 0
-    end = next((i for i in range(start, len(lines)) if lines[i].startswith("submitit ")), None)
-    return [line for line in lines[start:end] if line.strip()]
+    return [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
 
 
 def _last_message(log: Path) -> str:
@@ -116,68 +119,127 @@ def _last_message(log: Path) -> str:
     return next((line for line in reversed(lines) if line.startswith("ssdbench:")), "")
 
 
+@dataclass
+class Shard:
+    """One running shard process and where its output goes."""
+
+    index: int
+    device: str
+    log: Path
+    process: subprocess.Popen
+
+
+def _die_with_parent() -> None:
+    """In a shard, before it runs: the kernel sends SIGINT when the launcher dies (Linux)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+
+
+def _start(args: list[str], device: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            args,
+            cwd=os.getcwd(),
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": device},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+
+def stop(shards: Sequence[Shard], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT to each running shard's group, then SIGKILL to those still running after grace_s."""
+    running = [s for s in shards if s.process.poll() is None]
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        for shard in running:
+            try:
+                os.killpg(shard.process.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for shard in running:
+            try:
+                shard.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        running = [s for s in running if s.process.poll() is None]
+        if not running:
+            return
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def launch(
     cfg: BenchConfig, overrides: Sequence[str], log_dir: Path, device_count: int, script: Path
 ) -> Outcome:
-    """Run cfg.gpus shards of the sweep in parallel, one per GPU, and wait for all of them.
+    """Run cfg.gpus shards of the sweep in parallel, one per GPU, and wait for all of them; on
+    an interrupt or SIGTERM stop them all before returning (KeyboardInterrupt re-raised).
 
     overrides: the job's command-line overrides (Hydra's hydra.overrides.task); log_dir: where
     the shards' logs and Hydra outputs go; script: run_bench.py.
     """
-    import submitit
-
     devices = assign(cfg.gpus, visible_devices(device_count, os.environ))
     results_dir = Path(cfg.results_dir).resolve()
     run_id = cfg.run_id or new_run_id(results_dir, cfg.sweep.name, datetime.now(timezone.utc))
-    executor = submitit.LocalExecutor(folder=log_dir / "submitit")
-    executor.update_parameters(timeout_min=TIMEOUT_MIN, stderr_to_stdout=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
     started = environment.now_utc()
-    jobs = []
-    for index, device in enumerate(devices):
-        args = shard_overrides(overrides, run_id, results_dir, index, cfg.gpus, log_dir)
-        command = submitit.helpers.CommandFunction(
-            [sys.executable, str(script), *args],
-            cwd=os.getcwd(),
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": device},
-        )
-        jobs.append(executor.submit(command))
-        print(
-            f"ssdbench: shard {index} of {cfg.gpus} on GPU {device}, log {jobs[-1].paths.stdout}",
-            file=sys.stderr,
-        )
     outcome = Outcome(run_id)
+    shards: list[Shard] = []
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for job in submitit.helpers.as_completed(jobs, poll_frequency=POLL_S):
-            index = jobs.index(job)
-            last = _last_message(job.paths.stdout)
-            failure = _failure(job)
-            if failure:
-                where = f"shard {index} (GPU {devices[index]})"
-                if _recorded_done(results_dir, run_id, index, started):
-                    outcome.died_after_done.append(
-                        f"{where} died ({failure}) after recording all its points: {last}"
-                    )
-                    print(f"ssdbench: warning: {outcome.died_after_done[-1]}", file=sys.stderr)
-                else:
-                    outcome.failed.append(f"{where} failed ({failure}): {last}")
-                    print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
-                print(
-                    f"ssdbench: the end of shard {index}'s output ({job.paths.stdout}):",
-                    *(f"  | {line}" for line in _shard_output(job.paths.stdout)[-TAIL_LINES:]),
-                    sep="\n",
-                    file=sys.stderr,
-                )
-            else:
-                print(f"ssdbench: shard {index} finished", file=sys.stderr)
+        for index, device in enumerate(devices):
+            args = shard_overrides(overrides, run_id, results_dir, index, cfg.gpus, log_dir)
+            log = log_dir / f"shard-{index}.log"
+            process = _start([sys.executable, str(script), *args], device, log)
+            shards.append(Shard(index, device, log, process))
+            print(
+                f"ssdbench: shard {index} of {cfg.gpus} on GPU {device}, log {log}", file=sys.stderr
+            )
+        waiting = list(shards)
+        while waiting:
+            for shard in [s for s in waiting if s.process.poll() is not None]:
+                waiting.remove(shard)
+                _report(shard, outcome, results_dir, run_id, started)
+            if waiting:
+                time.sleep(POLL_S)
     except KeyboardInterrupt:
-        for job in jobs:
-            job.cancel(check=False)
+        stop(shards)
         print(f"ssdbench: interrupted; rerun with run_id={run_id} to resume", file=sys.stderr)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     outcome.run_dirs = sorted(d.parent for d in results_dir.glob(f"*/{run_id}/{records.META_FILE}"))
     for run_dir in outcome.run_dirs:
         records.consolidate(run_dir)
     return outcome
+
+
+def _report(shard: Shard, outcome: Outcome, results_dir: Path, run_id: str, since: str) -> None:
+    """Say how a shard ended, into `outcome` and on stderr (with the end of its log if it did
+    not end well)."""
+    failure = _failure(shard.process.returncode)
+    if not failure:
+        print(f"ssdbench: shard {shard.index} finished", file=sys.stderr)
+        return
+    where = f"shard {shard.index} (GPU {shard.device})"
+    last = _last_message(shard.log)
+    if _recorded_done(results_dir, run_id, shard.index, since):
+        outcome.died_after_done.append(
+            f"{where} died ({failure}) after recording all its points: {last}"
+        )
+        print(f"ssdbench: warning: {outcome.died_after_done[-1]}", file=sys.stderr)
+    else:
+        outcome.failed.append(f"{where} failed ({failure}): {last}")
+        print(f"ssdbench: {outcome.failed[-1]}", file=sys.stderr)
+    print(
+        f"ssdbench: the end of shard {shard.index}'s output ({shard.log}):",
+        *(f"  | {line}" for line in _shard_output(shard.log)[-TAIL_LINES:]),
+        sep="\n",
+        file=sys.stderr,
+    )
 
 
 def _recorded_done(results_dir: Path, run_id: str, index: int, since: str) -> bool:
@@ -192,18 +254,11 @@ def _recorded_done(results_dir: Path, run_id: str, index: int, since: str) -> bo
     )
 
 
-def _failure(job) -> str:
-    """How a finished submitit job failed ("" if it did not): the shard's exit status or the
-    signal that killed it, which tell a crash after its last message from a sweep that stopped."""
-    try:
-        error = job.exception()
-    except Exception:  # no result pickle: the job process itself was killed
-        return "its process left no result"
-    if error is None:
+def _failure(returncode: int) -> str:
+    """How a shard process ended, "" if well: its exit status or the signal that killed it,
+    which tell a crash after its last message from a sweep that stopped."""
+    if returncode == 0:
         return ""
-    text = str(error)
-    if found := re.search(r"non-zero exit status (-?\d+)", text):
-        return f"exit status {found[1]}"
-    if found := re.search(r"died with <Signals\.(\w+)", text):
-        return f"killed by {found[1]}"
-    return "no exit status recorded"
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"

@@ -157,8 +157,8 @@ if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
 
 
 def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypatch) -> None:
-    """Through submitit's LocalExecutor with a stand-in for run_bench.py: every shard on its own
-    GPU of a fake list, all at the same time, into one run_id; a failing shard is reported."""
+    """With a stand-in for run_bench.py: every shard on its own GPU of a fake list, all at the
+    same time, into one run_id; a failing shard is reported."""
     script = tmp_path / "fake_run_bench.py"
     script.write_text(FAKE_RUN_BENCH)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")
@@ -203,8 +203,70 @@ def test_a_shard_that_crashes_after_its_last_word_is_told_apart(
     assert f"ssdbench: warning: {outcome.died_after_done[0]}" in err
     after_header = err[err.index("the end of shard 1's output") :].splitlines()[1]
     assert after_header == "  | ssdbench: stopped: the fake shard 1 fails"
-    assert "  | Traceback" not in err  # submitit's own report of the failure is left out
+    assert "  | Traceback" not in err
     assert "the end of shard 2's output" in err and "the end of shard 0's output" not in err
+
+
+STUBBORN_SHARD = """
+import os, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[1:])
+out = os.environ["FAKE_OUT"]
+with open(os.path.join(out, "pid-" + args["shard.index"]), "w") as f:
+    f.write(str(os.getpid()))
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    open(os.path.join(out, "interrupted-" + args["shard.index"]), "w").close()
+"""
+
+LAUNCHER = """
+import sys
+from pathlib import Path
+from harness import config, local_gpus
+results, log, script = sys.argv[1:]
+cfg = config.to_bench(config.compose(["sweep=smoke", "results_dir=" + results, "gpus=2"]))
+local_gpus.launch(cfg, ["sweep=smoke", "gpus=2"], Path(log), 2, Path(script))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_launcher_stopped_or_killed_leaves_no_shard_measuring(tmp_path: Path, sig: str) -> None:
+    """Interrupted (kill -INT, a CI cancel's SIGTERM) the launcher stops every shard and waits
+    for it before printing the line to rerun; killed outright, the kernel stops them (Linux).
+    A shard left measuring would share its GPU with the rerun's."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN_SHARD)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "FAKE_OUT": str(tmp_path)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "res"), str(tmp_path / "log"), str(script)],
+        cwd=REPO, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pids = [tmp_path / f"pid-{i}" for i in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    launcher.send_signal(getattr(signal, sig))
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    for i, pid in enumerate(int(p.read_text()) for p in pids):
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), f"shard {i} still running after {sig}"
+        assert (tmp_path / f"interrupted-{i}").exists()  # told to stop, not killed
+    if sig != "SIGKILL":
+        assert "interrupted; rerun with run_id=smoke-" in err
 
 
 def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatch, capsys) -> None:
