@@ -83,6 +83,30 @@ def _task(cfg: DictConfig) -> None:
     )
     if failure:
         _fail(failure, 3)
+    not_passed = failed_line(run_dirs)
+    if not_passed:
+        from harness.local_gpus import NOT_PASSED
+
+        _fail(not_passed, NOT_PASSED)
+
+
+def failed_line(run_dirs: list[Path]) -> str:
+    """One line on the (point, provider) pairs of the runs that did not pass, "" if none: a run
+    whose every point was measured still fails its job when an answer was wrong or errored."""
+    from harness import records
+
+    counts: dict[str, int] = {}
+    for run_dir in run_dirs:
+        for status, pairs in records.failed_pairs(records.load_run(run_dir)[0]).items():
+            counts[status] = counts.get(status, 0) + len(pairs)
+    if not counts:
+        return ""
+    found = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return (
+        f"ssdbench: {found} (point, provider) pair(s) did not pass (their rows say why; "
+        f"report.md lists them); rerun with run_id={run_dirs[0].name} retry_errors=true to "
+        "measure the errors again"
+    )
 
 
 def _sweep(bench: BenchConfig) -> Path:

@@ -191,6 +191,9 @@ class BenchConfig:
     # (each shard on its own, judged by its longest point so far); the rest is left for a rerun
     # with the same run_id. For job time limits: the sweep stops between points, never inside one.
     time_limit_s: float = 0.0
+    # A resume measures again the (point, provider) pairs recorded as `error` (a transient failure:
+    # out of memory, a toolchain missing); off, it skips every pair recorded, whatever its status.
+    retry_errors: bool = False
     progress: bool = True
 
 

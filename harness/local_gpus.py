@@ -41,6 +41,9 @@ from harness.config import BenchConfig, ConfigError
 # Overrides the launcher sets for each shard; the user's values for these are dropped.
 OWNED_KEYS = {"gpus", "run_id", "results_dir", "device", "shard", "shard.index", "shard.count"}
 POLL_S = 2.0  # how often the finished shards are looked for
+# run_bench.py's exit status for a sweep that measured every point it owned, some (point,
+# provider) pair not passing: the shard did its work, and the launcher counts those pairs itself.
+NOT_PASSED = 5
 STOP_GRACE_S = 60.0  # a stopped shard's time to record its state and consolidate before SIGKILL
 
 
@@ -221,7 +224,7 @@ def _report(shard: Shard, outcome: Outcome, results_dir: Path, run_id: str, sinc
     """Say how a shard ended, into `outcome` and on stderr (with the end of its log if it did
     not end well)."""
     failure = _failure(shard.process.returncode)
-    if not failure:
+    if not failure or shard.process.returncode == NOT_PASSED:
         print(f"ssdbench: shard {shard.index} finished", file=sys.stderr)
         return
     where = f"shard {shard.index} (GPU {shard.device})"

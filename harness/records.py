@@ -271,11 +271,32 @@ def _pairs(table: pa.Table) -> list[tuple[str, str]]:
     return list(zip(table["point"].to_pylist(), table["provider"].to_pylist(), strict=True))
 
 
-def completed_points(run_dir: Path) -> set[tuple[str, str]]:
-    """(point, provider) pairs measured, whatever their status: those with a readable part file,
-    and those in results.parquet, which is all a committed run folder keeps of its parts, so that
-    a sweep left unfinished in one session resumes in the next from what was committed."""
-    return set(_pairs(_merged(run_dir)))
+def completed_points(run_dir: Path, retry_errors: bool = False) -> set[tuple[str, str]]:
+    """(point, provider) pairs measured: those with a readable part file, and those in
+    results.parquet, which is all a committed run folder keeps of its parts, so that a sweep left
+    unfinished in one session resumes in the next from what was committed. Whatever their
+    status, unless `retry_errors`: then a pair with an `error` row counts as not measured."""
+    merged = _merged(run_dir)
+    pairs = set(_pairs(merged))
+    if retry_errors:
+        return pairs - failed_pairs(merged.to_pandas()).get("error", set())
+    return pairs
+
+
+#: Statuses of a row whose provider did not pass at its point: a failure (out of memory, a
+#: launch or compile error, nothing to check against) or a wrong answer.
+FAILED = ("error", "wrong")
+
+
+def failed_pairs(table: pd.DataFrame) -> dict[str, set[tuple[str, str]]]:
+    """{status: (point, provider) pairs with a row of that FAILED status}, only those present."""
+    found = {}
+    for status in FAILED:
+        rows = table[table["status"] == status]
+        pairs = set(zip(rows["point"], rows["provider"], strict=True))
+        if pairs:
+            found[status] = pairs
+    return found
 
 
 def _own_rows(table: pa.Table, run_id: str | None, source: Path) -> pa.Table:

@@ -754,7 +754,7 @@ def run(
         "env": dict(env),
     }
     try:
-        done = records.completed_points(run_dir)
+        done = records.completed_points(run_dir, cfg.retry_errors)
     except records.RecordsError as exc:
         raise ConfigError(f"run {run_dir.name} cannot be resumed: {exc}") from None
     records.write_worker(run_dir, worker)

@@ -242,3 +242,14 @@ def test_the_committed_v45_names_both_its_commits() -> None:
     commits = records.measured_commits(table, meta)
     assert [c[:7] for c in commits] == ["6350b9b", "3223a02"]
     assert list(commits.values()) == [62, 1]
+
+
+def test_retry_errors_leaves_the_errored_pairs_to_measure_again(run_dir: Path) -> None:
+    records.write_part(run_dir, "p1", "a", modes())
+    records.write_part(run_dir, "p1", "b", [row(provider="b", mode="graph", status="error")])
+    records.write_part(run_dir, "p2", "a", modes(point="p2", status="wrong"))
+    everything = {("p1", "a"), ("p1", "b"), ("p2", "a")}
+    assert records.completed_points(run_dir) == everything
+    assert records.completed_points(run_dir, retry_errors=True) == everything - {("p1", "b")}
+    table = records.load_run(run_dir)[0]
+    assert records.failed_pairs(table) == {"error": {("p1", "b")}, "wrong": {("p2", "a")}}

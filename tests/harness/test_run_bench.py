@@ -108,3 +108,22 @@ def test_a_sweep_that_stops_early_exits_with_its_own_status_in_one_line(
     assert exit_.value.code == status
     err = capsys.readouterr().err
     assert err == "ssdbench: stopped: left 3 of 5 points; rerun with run_id=r1\n"
+
+
+def test_a_run_with_errors_or_wrong_answers_says_so_in_one_line(tmp_path: Path) -> None:
+    """Every point measured is not every point passed: the job's last line counts those that did
+    not (exit 5 in _task) and names the resume that measures the errors again."""
+    from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
+
+    module = load_module()
+    clean = build_run(tmp_path, run_id="clean")
+    assert module.failed_line([clean]) == ""
+    table = synthetic_table(run_id="mixed")
+    table.loc[(table["provider"] == "cutile") & (table["seqlen"] == 1024), "status"] = "error"
+    table.loc[(table["provider"] == "triton") & (table["seqlen"] == 4096), "status"] = "wrong"
+    mixed = write_run(tmp_path / "mixed", table, synthetic_meta("mixed"))
+    assert module.failed_line([mixed]) == (
+        "ssdbench: 4 error, 4 wrong (point, provider) pair(s) did not pass (their rows say why; "
+        "report.md lists them); rerun with run_id=mixed retry_errors=true to measure the errors "
+        "again"
+    )

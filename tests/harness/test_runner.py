@@ -818,3 +818,28 @@ def test_broken_device_stops_the_sweep_after_recording_the_culprit(
     df, _ = records.load_run(run_dir)
     assert len(df) == 2 * 2 * 3
     assert set(by(df, "good")["status"]) == {"ok"}
+
+
+def test_a_resume_with_retry_errors_measures_the_errored_pairs_again(tmp_path: Path) -> None:
+    """A transient failure (out of memory, say) is recorded as `error`; a plain resume leaves it,
+    one with retry_errors=true measures those pairs again and keeps the others."""
+    failing = {"on": True}
+    right = _answer()
+
+    def flaky(**kwargs):
+        if failing["on"]:
+            raise RuntimeError("CUDA out of memory (transient)")
+        return right(**kwargs)
+
+    providers.register(fake("flaky", flaky))
+    first = make_cfg(tmp_path, ["good", "flaky"], "run_id=r1")
+    df, _ = records.load_run(sweep(first))
+    assert set(by(df, "flaky")["status"]) == {"error"} and set(by(df, "good")["status"]) == {"ok"}
+    failing["on"] = False
+    CALLS.clear()
+    df, _ = records.load_run(sweep(first))
+    assert CALLS.get("flaky", 0) == 0 and set(by(df, "flaky")["status"]) == {"error"}
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["good", "flaky"], "run_id=r1",
+                                            "retry_errors=true")))  # fmt: skip
+    assert CALLS["flaky"] > 0 and CALLS.get("good", 0) == 0
+    assert set(by(df, "flaky")["status"]) == {"ok"} and len(df) == 2 * 2 * 3

@@ -145,6 +145,9 @@ with open(os.path.join(run, "meta.json"), "w") as f:
 if args["shard.index"] == "1":
     print("ssdbench: stopped: the fake shard 1 fails", file=sys.stderr)
     sys.exit(3)
+if args["shard.index"] == "0" and os.environ.get("FAKE_NOT_PASSED"):
+    print("ssdbench: 1 wrong (point, provider) pair(s) did not pass", file=sys.stderr)
+    sys.exit(5)
 if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
     import datetime, signal
     os.makedirs(os.path.join(run, "workers"), exist_ok=True)
@@ -176,6 +179,22 @@ def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypat
         len(outcome.failed) == 1 and "shard 1 (GPU 7) failed (exit status 3)" in outcome.failed[0]
     )
     assert "ssdbench: stopped: the fake shard 1 fails" in outcome.failed[0]
+
+
+def test_a_shard_whose_pairs_did_not_all_pass_finished_its_work(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Exit 5 (every point measured, some answer wrong or an error) is no shard failure: the
+    launcher counts those pairs over the whole run itself (run_bench.failed_line)."""
+    script = tmp_path / "fake_run_bench.py"
+    script.write_text(FAKE_RUN_BENCH)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    monkeypatch.setenv("FAKE_OUT", str(tmp_path))
+    monkeypatch.setenv("FAKE_NOT_PASSED", "1")
+    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
+    outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+    assert [line[:8] for line in outcome.failed] == ["shard 1 "]
+    assert "ssdbench: shard 0 finished" in capsys.readouterr().err
 
 
 def test_a_shard_that_crashes_after_its_last_word_is_told_apart(
@@ -300,7 +319,8 @@ def test_gpus_2_exits_0_when_shards_died_only_after_recording_everything(
     monkeypatch.setattr(module, "cuda_device_count", lambda: 2)
     monkeypatch.chdir(tmp_path)
     died = "shard 1 (GPU 1) died (killed by SIGABRT) after recording all its points: ssdbench: …"
-    outcome = local_gpus.Outcome("smoke-2gpu", [tmp_path / "run"], died_after_done=[died])
+    run = build_run(tmp_path, run_id="smoke-2gpu")
+    outcome = local_gpus.Outcome("smoke-2gpu", [run], died_after_done=[died])
     monkeypatch.setattr(local_gpus, "launch", lambda *args: outcome)
     args = ["sweep=smoke", "timing=quick", "run_id=smoke-2gpu", "gpus=2"]
     monkeypatch.setattr(sys, "argv", ["run_bench.py", *args])
