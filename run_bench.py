@@ -71,6 +71,7 @@ def _task(cfg: DictConfig) -> None:
 
     try:
         bench = config.to_bench(cfg)
+        config.check_device(bench, count)
         run_dirs, failure = _spread(bench, count) if bench.gpus > 1 else ([_sweep(bench)], "")
     except config.ConfigError as exc:
         _fail(f"ssdbench: config error: {exc}", 2)
@@ -121,6 +122,15 @@ def _sweep(bench: BenchConfig) -> Path:
         _fail(f"ssdbench: stopped: {exc}", 4)
 
 
+def config_source_args(hydra_cfg) -> list[str]:
+    """This job's --config-name and --config-dir, so that its shards compose the same config."""
+    args = [f"--config-name={hydra_cfg.job.config_name}"]
+    for source in hydra_cfg.runtime.config_sources:
+        if source.provider == "command-line":
+            args.append(f"--config-dir={source.path.removeprefix('file://')}")
+    return args
+
+
 def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
     """The sweep as one shard per GPU of this node, in parallel (harness/local_gpus.py): the run
     directories written and a failure line ("" when no shard failed; one that died only after
@@ -131,9 +141,8 @@ def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
 
     hydra_cfg = HydraConfig.get()
     log_dir = Path(hydra_cfg.runtime.output_dir) / "gpus"
-    outcome = local_gpus.launch(
-        bench, list(hydra_cfg.overrides.task), log_dir, device_count, Path(__file__).resolve()
-    )
+    overrides = [*config_source_args(hydra_cfg), *hydra_cfg.overrides.task]
+    outcome = local_gpus.launch(bench, overrides, log_dir, device_count, Path(__file__).resolve())
     if len(outcome.run_dirs) > 1:
         print(
             "ssdbench: warning: this node's GPUs are of different models; each model's shards "

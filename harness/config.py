@@ -328,6 +328,15 @@ def _check_reference_or_fallback(cfg: BenchConfig, problems: list[Problem]) -> N
         )
 
 
+def check_device(cfg: BenchConfig, device_count: int) -> None:
+    """`device` must be one of the GPUs this node shows (gpus > 1 picks them itself)."""
+    _check(
+        cfg.gpus > 1 or cfg.device < device_count,
+        f"device={cfg.device}, but this node shows {device_count} GPU(s): "
+        f"device must be below {device_count}",
+    )
+
+
 def _check_tuning_cache(cfg: BenchConfig) -> None:
     """A tuning run needs its cache path to be a file (or nothing yet), not a folder."""
     if cfg.tune == Tune.off or "cutile" not in cfg.providers.names:
@@ -415,6 +424,7 @@ def job_overrides(args: Sequence[str]) -> list[list[str]]:
     Hydra's own overrides (hydra.*, hydra/...) are left out: they do not shape the job config.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
 
     multirun = any(a in ("-m", "--multirun") for a in args)
     lines = [a for a in args if a not in ("-m", "--multirun")]
@@ -432,7 +442,13 @@ def job_overrides(args: Sequence[str]) -> list[list[str]]:
         _check(multirun, f"{override.input_line}: sweeping over values needs multirun (-m)")
         _check(override.is_discrete_sweep(), f"{override.input_line}: only lists/ranges sweep")
         key = override.get_key_element()
-        choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        if isinstance(override.value(), Glob):  # glob(...) over a config group's options
+            options = sorted(path.stem for path in (CONF_DIR / key).glob("*.yaml"))
+            values = override.value().filter(options)
+            _check(bool(values), f"{override.input_line}: matches none of {key}'s {options}")
+        else:
+            values = list(override.sweep_string_iterator())
+        choices.append([f"{key}={value}" for value in values])
     return [list(job) for job in itertools.product(*choices)]
 
 

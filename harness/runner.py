@@ -820,6 +820,12 @@ def run(
         records.consolidate(run_dir)
     if worker["state"] == "out_of_time":
         left = len(todo) - worker["measured"]
+        if worker["measured"] == 0:  # a rerun would stop at the same place
+            raise OutOfTime(
+                f"time_limit_s={cfg.time_limit_s:g} reached before the first point{share}: setting "
+                f"up (rates, compiling the launches: `prepared` in the worker record) took "
+                f"{clock() - started:.0f} s; raise time_limit_s"
+            )
         raise OutOfTime(
             f"time_limit_s={cfg.time_limit_s:g} reached with {left} of {len(todo)} points left"
             f"{share}; rerun with run_id={run_dir.name} to measure them"

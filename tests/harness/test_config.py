@@ -152,6 +152,22 @@ def test_multirun_jobs_are_the_product_of_sweeps() -> None:
     config.preflight(args)  # both jobs compose and validate
 
 
+def test_the_device_must_be_one_this_node_shows() -> None:
+    config.check_device(bench("device=1"), 2)
+    with pytest.raises(ConfigError, match="device=3, but this node shows 2 GPU"):
+        config.check_device(bench("device=3"), 2)
+    config.check_device(bench("device=3", "gpus=2"), 2)  # the launcher assigns the devices
+
+
+def test_multirun_globs_a_groups_options_as_hydra_does() -> None:
+    assert config.job_overrides(["-m", "sweep=glob(*o*)", "timing=quick"]) == [
+        ["sweep=models", "timing=quick"],
+        ["sweep=smoke", "timing=quick"],
+    ]
+    with pytest.raises(ConfigError, match=r"sweep=glob\(zz\*\): matches none of sweep's"):
+        config.job_overrides(["-m", "sweep=glob(zz*)"])
+
+
 def test_multirun_checks_every_job_before_any_runs() -> None:
     with pytest.raises(ConfigError, match="seqlen must be >= 1"):
         config.preflight(["-m", "sweep.seqlen=1024,-1"])

@@ -127,3 +127,24 @@ def test_a_run_with_errors_or_wrong_answers_says_so_in_one_line(tmp_path: Path) 
         "report.md lists them); rerun with run_id=mixed retry_errors=true to measure the errors "
         "again"
     )
+
+
+def test_shards_compose_the_config_their_launcher_composed() -> None:
+    """gpus=N with --config-name/--config-dir: each shard is started with them, or it would
+    measure conf/config.yaml's sweep instead."""
+    from types import SimpleNamespace as NS
+
+    hydra_cfg = NS(
+        job=NS(config_name="mine"),
+        runtime=NS(
+            config_sources=[
+                NS(provider="hydra", path="pkg://hydra.conf"),
+                NS(provider="main", path="file:///repo/conf"),
+                NS(provider="command-line", path="file:///tmp/conf2"),
+            ]
+        ),
+    )
+    assert load_module().config_source_args(hydra_cfg) == [
+        "--config-name=mine",
+        "--config-dir=/tmp/conf2",
+    ]

@@ -352,6 +352,22 @@ def test_time_limit_stops_between_points_and_a_rerun_measures_the_rest(
     assert records.completed_points(run_dir) == {(p, "good") for p in _keys(cfg)}
 
 
+def test_a_time_limit_the_set_up_outlasts_says_so(tmp_path: Path, monkeypatch) -> None:
+    """Rates and compiles take 20 s of a fake clock before the first point: with 15 s no point
+    can start, in this call or any rerun, so the message says to raise the limit."""
+    now = [100.0]
+    real = runner.Sweep.prepare
+
+    def slow_prepare(self, todo):
+        now[0] += 20
+        return real(self, todo)
+
+    monkeypatch.setattr(runner.Sweep, "prepare", slow_prepare)
+    cfg = make_cfg(tmp_path, ["good"], "run_id=r1", "time_limit_s=15")
+    with pytest.raises(runner.OutOfTime, match="before the first point: .*took 20 s; raise"):
+        runner.run(cfg, device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV, clock=lambda: now[0])
+
+
 @pytest.mark.parametrize(
     ("limit", "elapsed", "longest", "stop"),
     [(0, 1e9, 1e9, False), (10, 5, 4, False), (10, 5, 6, True), (10, 11, 0, True)],
