@@ -123,9 +123,25 @@ def _ssd_forward_of(module: str) -> Callable[[], SSDForward]:
 
 
 def _cutile_supports(problem: Problem) -> str | None:
-    from kernels.cutile.ssd import unsupported_reason  # imports torch, so only when asked
+    """The kernels' own limits on the sizes, then the launches' (grids, int32 indexing) with the
+    point's default config on this process's GPU (the SM count sets the walk's segments; an
+    H200's 132 without one)."""
+    import torch
 
-    return unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
+    from harness.inputs import meta_inputs  # these import torch, so only when asked
+    from kernels.cutile.config import inputs_default_config
+    from kernels.cutile.ssd import unsupported_reason
+
+    reason = unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
+    if reason:
+        return reason
+    from kernels.cutile.limits import launch_limit_reason
+
+    kwargs = meta_inputs(problem).kwargs()
+    sms = 132
+    if torch.cuda.is_available():
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return launch_limit_reason(kwargs, inputs_default_config(kwargs), sms)
 
 
 def _cutile_tuner(kwargs: dict, policy: str) -> tuple[dict, dict]:

@@ -60,10 +60,11 @@ def ssd_forward(
     `default_config` for this dstate and size.
     """
     _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
-    out, final = launch_forward(
-        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit, config,
-        return_final_states,
-    )  # fmt: skip
+    with torch.cuda.device(x.device):  # the launches go to the stream of x's GPU, not the current
+        out, final = launch_forward(
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_softplus, dt_limit,
+            config, return_final_states,
+        )  # fmt: skip
     return (out, final) if return_final_states else out
 
 
@@ -136,6 +137,12 @@ def _check_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states) -> 
             f"B must be (batch={b}, seqlen={seqlen}, ngroups, dstate), got {tuple(B.shape)}"
         )
     g, n = B.shape[2], B.shape[3]
+    empty = {"batch": b, "seqlen": seqlen, "nheads": h, "headdim": p, "ngroups": g, "dstate": n}
+    for name, size in empty.items():
+        if size < 1:
+            raise ValueError(f"{name} must be at least 1, got {size}")
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool):
+        raise ValueError(f"chunk_size must be an int, got {chunk_size!r}")
     expected = {
         "dt": (dt, (b, seqlen, h)),
         "A": (A, (h,)),
