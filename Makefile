@@ -5,7 +5,7 @@ ARGS ?=
 
 .PHONY: venv test bench lint offline-bundle
 venv:
-	scripts/setup_venv.sh
+	SSDBENCH_VENV=$(VENV) scripts/setup_venv.sh
 
 test: venv
 	$(PY) -m pytest -q $(ARGS)

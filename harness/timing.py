@@ -118,6 +118,9 @@ def measure(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    names = [c.name for c in calls]
+    if len(set(names)) != len(names):  # results are kept by name: one would stand for both
+        raise ValueError(f"calls must have distinct names, got {names}")
     errors: dict[str, str] = {}
     samples: dict[str, list[Sample]] = {c.name: [] for c in calls}
     batch = policy.kernels_batch if mode == "kernels" else 1

@@ -51,7 +51,13 @@ from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
 from kernels.cutile.autotune import configure  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
-from scripts.variants import parse_points, point_config  # noqa: E402
+from scripts.variants import (  # noqa: E402
+    check_name,
+    check_unique,
+    parse_points,
+    point_config,
+    require_gpu,
+)
 
 
 def check(problem: Problem, forward: Callable, ref) -> tuple[float, float]:
@@ -80,6 +86,10 @@ def load_trees(parser: argparse.ArgumentParser, specs: list[str]) -> list[tuple[
         name, sep, folder = spec.partition("=")
         if not sep or not (Path(folder) / f"kernels_{name}").is_dir():
             parser.error(f"--tree {spec!r}: expected NAME=DIR with DIR/kernels_NAME in it")
+        try:
+            check_name(name, f"--tree {spec!r}")
+        except ValueError as err:
+            parser.error(str(err))
         sys.path.insert(0, str(Path(folder).resolve()))
         trees.append((name, importlib.import_module(f"kernels_{name}.cutile.ssd").ssd_forward))
     return trees
@@ -108,6 +118,11 @@ def main() -> int:
         parser, args.shapes, args.variant, final_states=not args.no_final_states
     )
     trees = load_trees(parser, args.tree)
+    try:
+        check_unique([name for name, _ in variants] + [name for name, _ in trees])
+    except ValueError as err:
+        parser.error(str(err))
+    require_gpu(parser)
     triton_ssd.check_c_compiler()
     policy = TimingPolicy(max_seconds=args.max_seconds, min_reps=10, eager_after_self=True)
     timer = CudaTimer()

@@ -8,8 +8,7 @@ Exit status 0 only if every check passes.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.correctness import TOLERANCE, passes, relative_error  # noqa: E402
 from harness.inputs import make_inputs  # noqa: E402
 from harness.problem import Problem  # noqa: E402
+from kernels.cutile.toolchain import tileiras_path, tileiras_version  # noqa: E402
+from scripts.variants import require_gpu  # noqa: E402
 
 TILE = 1024
 
@@ -62,16 +63,13 @@ def check_ssd(name: str, forward, problem: Problem, reference) -> bool:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.parse_args()
+    require_gpu(parser)
     props = torch.cuda.get_device_properties(0)
-    tileiras = shutil.which("tileiras")
-    version = (
-        subprocess.run([tileiras, "--version"], capture_output=True, text=True).stdout
-        if tileiras
-        else "not found"
-    )
     print(
         f"GPU {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
-        f"cuda-tile {ct.__version__}; tileiras {tileiras}: {version.strip().splitlines()[-1:]}"
+        f"cuda-tile {ct.__version__}; tileiras {tileiras_path()}: {tileiras_version()}"
     )
     from kernels.cutile.ssd import ssd_forward as cutile_forward
     from kernels.reference import ssd_forward as reference_forward

@@ -115,7 +115,8 @@ def main() -> int:
         args.sass_dir.mkdir(parents=True, exist_ok=True)
     sass_header = f" {'instrs':>6} {'sass':<12}" if args.sass else ""
     width = max([5, *(len(launch[0]) for launch in launches)])  # whole keys: chunk lengths differ
-    print(f"{'point':<{width}} {'variant':<10} {'kernel':<24} {'regs':>5} {'threads':>7} "
+    named = max([7, *(len(launch[1]) for launch in launches)])
+    print(f"{'point':<{width}} {'variant':<{named}} {'kernel':<24} {'regs':>5} {'threads':>7} "
           f"{'rf CTAs':>7} {'local B':>8} {'shared KB':>9}{sass_header}")  # fmt: skip
     for index, (point, variant, name, kernel, signature) in enumerate(launches):
         cubin = compile_cubin(kernel, signature, args.arch)
@@ -128,7 +129,7 @@ def main() -> int:
             (args.sass_dir / f"{stem}.sass").write_text(listing)
         shared_kb = res.shared_bytes / 1024
         rf_ctas = register_file_ctas(res)
-        print(f"{point:<{width}} {variant[:10]:<10} {name:<24} {res.registers:>5} "
+        print(f"{point:<{width}} {variant:<{named}} {name:<24} {res.registers:>5} "
               f"{res.threads or '?':>7} {rf_ctas or '?':>7} {res.local_bytes:>8} "
               f"{shared_kb:>9.1f}{sass}", flush=True)  # fmt: skip
     return 0

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.variants import parse_points, point_config  # noqa: E402
+from scripts.variants import parse_points, point_config, require_gpu  # noqa: E402
 
 
 def record_launches(problem, overrides: dict, run: bool = True) -> list[dict]:
@@ -78,6 +78,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
+    if not args.names_only:
+        require_gpu(parser)
     with args.out.open("a") as out:
         for problem in problems:
             for name, overrides in variants:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.inputs import make_inputs  # noqa: E402
 from kernels.cutile.ssd import ssd_forward  # noqa: E402
-from scripts.variants import parse_points, point_config  # noqa: E402
+from scripts.variants import parse_points, point_config, require_gpu  # noqa: E402
 
 
 def main() -> int:
@@ -38,6 +38,7 @@ def main() -> int:
     problems, [(name, overrides)] = parse_points(parser, args.shapes, [args.variant])
     if args.calls < 1:
         parser.error(f"--calls must be >= 1, got {args.calls}")
+    require_gpu(parser)
     for problem in problems:
         kwargs = make_inputs(problem, seed=0, device="cuda").kwargs()
         config = point_config(problem, overrides)

@@ -7,9 +7,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 
 from harness.problem import Problem
 from kernels.cutile.config import ProblemSize, SSDConfig, default_config
+
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
+#: Row names the scripts give their own forwards: Triton's, and compare_configs' tuner pick.
+RESERVED = ("triton", "tuned")
 
 
 def parse_shape(text: str, final_states: bool = True) -> Problem:
@@ -36,10 +41,10 @@ def parse_shape(text: str, final_states: bool = True) -> Problem:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """ "name=JSON" as (name, overrides); the name 'triton' is kept for the reference rows."""
+    """ "name=JSON" as (name, overrides); a name is letters, digits, '_', '.' or '-' (it names
+    files), and not one of RESERVED."""
     name, _, fields = text.partition("=")
-    if not name or name == "triton":
-        raise ValueError(f"variant {text!r} needs a name other than 'triton' before '='")
+    check_name(name, f"variant {text!r}")
     try:
         overrides = json.loads(fields or "{}")
     except json.JSONDecodeError as err:
@@ -50,6 +55,30 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, overrides
 
 
+def check_name(name: str, what: str) -> None:
+    """ValueError unless `name` can name a row and a file and is not RESERVED."""
+    if not NAME.fullmatch(name) or name in RESERVED:
+        raise ValueError(
+            f"{what} needs a name of letters, digits, '_', '.' or '-' before '=', other than "
+            f"{' or '.join(RESERVED)}"
+        )
+
+
+def check_unique(names: list[str]) -> None:
+    """ValueError when a name repeats: rows of one name would be one forward's."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"names must differ; repeated: {', '.join(repeated)}")
+
+
+def require_gpu(parser: argparse.ArgumentParser) -> None:
+    """End the script with one line where this machine has no CUDA GPU, before any other work."""
+    import torch
+
+    if not torch.cuda.is_available():
+        parser.exit(1, f"{parser.prog}: no CUDA GPU found; this script runs on a GPU node\n")
+
+
 def parse_points(
     parser: argparse.ArgumentParser, shapes: str, variants: list[str], final_states: bool = True
 ) -> tuple[list[Problem], list[tuple[str, dict]]]:
@@ -58,6 +87,7 @@ def parse_points(
     try:
         problems = [parse_shape(text, final_states) for text in shapes.split(",")]
         parsed = [parse_variant(text) for text in variants] or [("default", {})]
+        check_unique([name for name, _ in parsed])
     except (TypeError, ValueError) as err:
         parser.error(str(err))
     return problems, parsed

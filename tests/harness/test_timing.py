@@ -186,6 +186,12 @@ def test_a_failing_warmup_is_an_error_for_that_provider_only() -> None:
     assert timer.opened == ["b"]
 
 
+def test_calls_of_one_name_are_refused() -> None:
+    timer = ScriptedTimer({"a": constant(1.0)})
+    with pytest.raises(ValueError, match="distinct names"):
+        measure(calls("a", "a"), "graph", POLICY, timer)
+
+
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode must be one of"):
         measure(calls("a"), "wallclock", POLICY, ScriptedTimer({"a": constant(1.0)}))

@@ -18,8 +18,10 @@ def test_variants_parse() -> None:
 @pytest.mark.parametrize(
     ("text", "error", "message"),
     [
-        ('triton={"out_cb": 1}', ValueError, "other than 'triton'"),
+        ('triton={"out_cb": 1}', ValueError, "other than triton or tuned"),
+        ("tuned={}", ValueError, "other than triton or tuned"),
         ('={"out_cb": 1}', ValueError, "needs a name"),
+        ("a/b={}", ValueError, "letters, digits"),
         ("cb={out_cb: 1}", ValueError, "not a JSON object"),
         ("cb=[1]", ValueError, "not a JSON object"),
         ('cb={"out_cb": 7}', ValueError, "out_cb"),
@@ -29,6 +31,13 @@ def test_variants_parse() -> None:
 def test_bad_variant_names_what_to_change(text: str, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         parse_variant(text)
+
+
+def test_a_repeated_variant_name_ends_the_script() -> None:
+    """Rows are kept by name: two variants of one name would both show the last one's times."""
+    parser = argparse.ArgumentParser(prog="x")
+    with pytest.raises(SystemExit):
+        parse_points(parser, "1024:32:64", ["a={}", 'a={"out_cb": 1}'])
 
 
 def test_shapes_parse() -> None:
