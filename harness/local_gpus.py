@@ -132,10 +132,14 @@ class Shard:
     process: subprocess.Popen
 
 
-def _die_with_parent() -> None:
-    """In a shard, before it runs: the kernel sends SIGINT when the launcher dies (Linux)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+def _shard_signals() -> None:
+    """In a shard, before it runs: SIGINT stops it (a launcher started in the background may
+    ignore SIGINT, which its children would inherit), and the kernel sends SIGINT when the
+    launcher dies (Linux)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 
 
 def _start(args: list[str], device: str, log: Path) -> subprocess.Popen:
@@ -147,7 +151,7 @@ def _start(args: list[str], device: str, log: Path) -> subprocess.Popen:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_shard_signals,
         )
 
 

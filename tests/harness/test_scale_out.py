@@ -230,9 +230,9 @@ STUBBORN_SHARD = """
 import os, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:])
 out = os.environ["FAKE_OUT"]
-with open(os.path.join(out, "pid-" + args["shard.index"]), "w") as f:
-    f.write(str(os.getpid()))
 try:
+    with open(os.path.join(out, "pid-" + args["shard.index"]), "w") as f:
+        f.write(str(os.getpid()))
     time.sleep(120)
 except KeyboardInterrupt:
     open(os.path.join(out, "interrupted-" + args["shard.index"]), "w").close()
@@ -270,6 +270,7 @@ def test_a_launcher_stopped_or_killed_leaves_no_shard_measuring(tmp_path: Path, 
     launcher = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, str(tmp_path / "res"), str(tmp_path / "log"), str(script)],
         cwd=REPO, env=env, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
     )  # fmt: skip
     pids = [tmp_path / f"pid-{i}" for i in range(2)]
     deadline = time.monotonic() + 60
@@ -279,7 +280,7 @@ def test_a_launcher_stopped_or_killed_leaves_no_shard_measuring(tmp_path: Path, 
     _, err = launcher.communicate(timeout=120)
     assert launcher.returncode != 0
     for i, pid in enumerate(int(p.read_text()) for p in pids):
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(pid), f"shard {i} still running after {sig}"
