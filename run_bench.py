@@ -84,21 +84,33 @@ def _task(cfg: DictConfig) -> None:
     )
     if failure:
         _fail(failure, 3)
-    not_passed = failed_line(run_dirs)
+    not_passed = failed_line(run_dirs, None if bench.gpus > 1 else owned_points(bench))
     if not_passed:
         from harness.local_gpus import NOT_PASSED
 
         _fail(not_passed, NOT_PASSED)
 
 
-def failed_line(run_dirs: list[Path]) -> str:
-    """One line on the (point, provider) pairs of the runs that did not pass, "" if none: a run
-    whose every point was measured still fails its job when an answer was wrong or errored."""
+def owned_points(bench: BenchConfig) -> set[str]:
+    """Keys of the points this process's shard owns (all of the sweep's when unsharded)."""
+    from harness import config, sharding
+
+    problems = sharding.select(config.validate(bench), bench.shard.index, bench.shard.count)
+    return {problem.key() for problem in problems}
+
+
+def failed_line(run_dirs: list[Path], points: set[str] | None = None) -> str:
+    """One line on the (point, provider) pairs of the runs that did not pass, among `points`
+    (None: all), "" if none: a run whose every point was measured still fails its job when an
+    answer was wrong or errored. A shard counts its own points, not the other shards'."""
     from harness import records
 
     counts: dict[str, int] = {}
     for run_dir in run_dirs:
-        for status, pairs in records.failed_pairs(records.load_run(run_dir)[0]).items():
+        table = records.load_run(run_dir)[0]
+        if points is not None:
+            table = table[table["point"].isin(points)]
+        for status, pairs in records.failed_pairs(table).items():
             counts[status] = counts.get(status, 0) + len(pairs)
     if not counts:
         return ""

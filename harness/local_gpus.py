@@ -183,7 +183,8 @@ def launch(
     cfg: BenchConfig, overrides: Sequence[str], log_dir: Path, device_count: int, script: Path
 ) -> Outcome:
     """Run cfg.gpus shards of the sweep in parallel, one per GPU, and wait for all of them; on
-    an interrupt or SIGTERM stop them all before returning (KeyboardInterrupt re-raised).
+    an interrupt, SIGTERM or an error here stop them all before raising (SIGTERM as
+    KeyboardInterrupt).
 
     overrides: the job's command-line overrides (Hydra's hydra.overrides.task); log_dir: where
     the shards' logs and Hydra outputs go; script: run_bench.py.
@@ -212,9 +213,10 @@ def launch(
                 _report(shard, outcome, results_dir, run_id, started)
             if waiting:
                 time.sleep(POLL_S)
-    except KeyboardInterrupt:
+    except BaseException as exc:  # interrupted, or an error here: no shard goes on measuring
         stop(shards)
-        print(f"ssdbench: interrupted; rerun with run_id={run_id} to resume", file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"ssdbench: interrupted; rerun with run_id={run_id} to resume", file=sys.stderr)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

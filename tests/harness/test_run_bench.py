@@ -127,6 +127,11 @@ def test_a_run_with_errors_or_wrong_answers_says_so_in_one_line(tmp_path: Path) 
         "report.md lists them); rerun with run_id=mixed retry_errors=true to measure the errors "
         "again"
     )
+    # a shard counts only its own points, not the pairs another shard left failed
+    others = set(table.loc[table["seqlen"] == 16384, "point"])
+    assert module.failed_line([mixed], others) == ""
+    one = set(table.loc[table["seqlen"] == 1024, "point"][:1])
+    assert module.failed_line([mixed], one).startswith("ssdbench: 1 error (point, provider)")
 
 
 def test_shards_compose_the_config_their_launcher_composed() -> None:
