@@ -159,15 +159,21 @@ if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
 """
 
 
+def _launch_fakes(tmp_path: Path, monkeypatch, devices: str, **env: str) -> local_gpus.Outcome:
+    """local_gpus.launch of three FAKE_RUN_BENCH shards on `devices`, with `env` set."""
+    script = tmp_path / "fake_run_bench.py"
+    script.write_text(FAKE_RUN_BENCH)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", devices)
+    for key, value in {"FAKE_OUT": str(tmp_path), **env}.items():
+        monkeypatch.setenv(key, value)
+    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
+    return local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+
+
 def test_local_launch_runs_one_process_per_gpu_at_once(tmp_path: Path, monkeypatch) -> None:
     """With a stand-in for run_bench.py: every shard on its own GPU of a fake list, all at the
     same time, into one run_id; a failing shard is reported."""
-    script = tmp_path / "fake_run_bench.py"
-    script.write_text(FAKE_RUN_BENCH)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7,9")
-    monkeypatch.setenv("FAKE_OUT", str(tmp_path))
-    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
-    outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+    outcome = _launch_fakes(tmp_path, monkeypatch, "5,7,9")
     shards = [json.loads((tmp_path / f"shard-{i}.json").read_text()) for i in range(3)]
     assert [s["device"] for s in shards] == ["5", "7", "9"]
     assert all(f"shard.index={i}" in s["args"] for i, s in enumerate(shards))
@@ -186,13 +192,7 @@ def test_a_shard_whose_pairs_did_not_all_pass_finished_its_work(
 ) -> None:
     """Exit 5 (every point measured, some answer wrong or an error) is no shard failure: the
     launcher counts those pairs over the whole run itself (run_bench.failed_line)."""
-    script = tmp_path / "fake_run_bench.py"
-    script.write_text(FAKE_RUN_BENCH)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    monkeypatch.setenv("FAKE_OUT", str(tmp_path))
-    monkeypatch.setenv("FAKE_NOT_PASSED", "1")
-    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
-    outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+    outcome = _launch_fakes(tmp_path, monkeypatch, "0,1,2", FAKE_NOT_PASSED="1")
     assert [line[:8] for line in outcome.failed] == ["shard 1 "]
     assert "ssdbench: shard 0 finished" in capsys.readouterr().err
 
@@ -205,13 +205,7 @@ def test_a_shard_that_crashes_after_its_last_word_is_told_apart(
     still reported with the signal, so its normal-looking last line does not hide what happened.
     The end of each such or failed shard's log is printed, since the log stays where the shards
     ran."""
-    script = tmp_path / "fake_run_bench.py"
-    script.write_text(FAKE_RUN_BENCH)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    monkeypatch.setenv("FAKE_OUT", str(tmp_path))
-    monkeypatch.setenv("FAKE_CRASH_AT_EXIT", "1")
-    cfg = bench("sweep=smoke", f"results_dir={tmp_path / 'results'}", "gpus=3")
-    outcome = local_gpus.launch(cfg, ["sweep=smoke", "gpus=3"], tmp_path / "log", 3, script)
+    outcome = _launch_fakes(tmp_path, monkeypatch, "0,1,2", FAKE_CRASH_AT_EXIT="1")
     assert outcome.died_after_done == [
         "shard 2 (GPU 2) died (killed by SIGSEGV) after recording all its points: "
         "ssdbench: results in somewhere"
