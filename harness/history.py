@@ -40,8 +40,6 @@ import pandas as pd
 from harness import analysis, markdown, providers, records, stats
 from harness.config import planned_points
 from harness.gate import SETTINGS_KEYS, GateInputError, Run, load, setting
-from harness.peaks import row_rate
-from harness.problem import SHAPE_FIELDS, Problem, flops
 
 
 def _timed(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
@@ -180,19 +178,7 @@ def best_fraction_of_peak(
     """(fraction of the bf16 rate, point) at the provider's best bf16 point, FLOPs counted at the
     problem's own chunk_size, each row divided by the rate of the worker that measured it
     (harness.peaks.row_rate); (NaN, "") without a measured rate or a bf16 row."""
-    rows = _timed(table, provider, mode)
-    rows = rows[rows["dtype"] == "bfloat16"]
-    fractions = pd.Series(
-        {
-            point: flops(Problem(**{f: int(r[f]) for f in SHAPE_FIELDS}, dtype=r["dtype"]))
-            / (r["median_ms"] * 1e-3)
-            / 1e12
-            / peak
-            for point, r in rows.iterrows()
-            if (peak := row_rate(meta, r.get("worker"), "bf16_tflops"))
-        },
-        dtype=float,
-    )
+    fractions = analysis.bf16_fraction(_timed(table, provider, mode), meta).dropna()
     if fractions.empty:
         return float("nan"), ""
     return float(fractions.max()), str(fractions.idxmax())

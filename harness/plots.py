@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from harness.analysis import varying_columns
+from harness.analysis import bf16_fraction, varying_columns
 from harness.markdown import point_label, tokens
+from harness.peaks import run_rates
 from harness.stats import geomean
 
 #: Speedup range of cuTile over Triton that the project seed reports; drawn as a shaded band.
@@ -36,10 +38,28 @@ def _empty(what: str, gpu: str, why: str) -> Figure:
     return fig
 
 
-def _panels(n: int, rows: int = 1, share_y: bool = True) -> tuple[Figure, np.ndarray]:
+def _panels(n: int, rows: int = 1, shared: bool = True) -> tuple[Figure, np.ndarray]:
+    """`rows` x `n` axes; `shared`: one x-axis for all and one y-axis a row (not for heatmaps,
+    whose panels may lack columns the others have)."""
     fig = Figure(figsize=(4.6 * n + 1.2, 3.8 * rows), layout="constrained")
-    axes = fig.subplots(rows, n, sharex=True, sharey="row" if share_y else False, squeeze=False)
+    axes = fig.subplots(rows, n, sharex=shared, sharey="row" if shared else False, squeeze=False)
     return fig, axes
+
+
+def _colors(table: pd.DataFrame, series: list[str]) -> dict:
+    """One colour per series over the whole table, so that a series has it in every panel
+    whichever series a panel lacks."""
+    keys = [key for key, _ in table.groupby(series, sort=True)]
+    return {key: f"C{i % 10}" for i, key in enumerate(keys)}
+
+
+def _legend(fig: Figure, axes: np.ndarray, fontsize: str) -> None:
+    """One legend for the figure, of every label any panel drew (a panel may lack a series)."""
+    handles: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), fontsize=fontsize, loc="outside right")
 
 
 def _seqlen_axis(ax, values: Sequence[int]) -> None:
@@ -65,11 +85,12 @@ def speedup_vs_seqlen(table: pd.DataFrame, gpu: str = "", band: tuple = SEED_BAN
     heads = sorted(timed["nheads"].unique())
     fig, axes = _panels(len(heads))
     series = _series(timed)
+    colors = _colors(timed, series)
     for ax, nheads in zip(axes[0], heads, strict=True):
         panel = timed[timed["nheads"] == nheads]
         ax.axhspan(*band, color="tab:green", alpha=0.12, label=f"seed {band[0]}–{band[1]}x")
         ax.axhline(1.0, color="black", lw=0.8, ls="--", label="parity")
-        for _, line in panel.groupby(series, sort=True):
+        for key, line in panel.groupby(series, sort=True):
             line = line.sort_values("seqlen")
             y = line["speedup"].to_numpy()
             err = np.vstack([y - line["speedup_low"], line["speedup_high"] - y])
@@ -77,6 +98,7 @@ def speedup_vs_seqlen(table: pd.DataFrame, gpu: str = "", band: tuple = SEED_BAN
                 line["seqlen"],
                 y,
                 yerr=err,
+                color=colors[key],
                 marker="o",
                 ms=4,
                 capsize=3,
@@ -86,8 +108,10 @@ def speedup_vs_seqlen(table: pd.DataFrame, gpu: str = "", band: tuple = SEED_BAN
         ax.set_title(f"H = {nheads}")
     first = table.iloc[0]
     axes[0][0].set_ylabel(f"speedup = {first['baseline']} / {first['candidate']} time")
-    axes[0][-1].legend(fontsize="small", loc="best")
-    _titled(fig, f"{what} ({first['mode']} mode, 95 % CI)", gpu)
+    _legend(fig, axes, "small")
+    untimed = len(table) - len(timed)
+    note = f"; {untimed} point(s) not timed by both, not drawn" if untimed else ""
+    _titled(fig, f"{what} ({first['mode']} mode, 95 % CI{note})", gpu)
     return fig
 
 
@@ -103,11 +127,14 @@ def speedup_heatmap(table: pd.DataFrame, gpu: str = "") -> Figure:
     heads = sorted(timed["nheads"].unique())
     values = timed["speedup"]
     norm = TwoSlopeNorm(vcenter=1.0, vmin=min(values.min(), 0.95), vmax=max(values.max(), 1.05))
-    fig, axes = _panels(len(heads), share_y=False)
+    fig, axes = _panels(len(heads), shared=False)
     image = None
+    seqlens, dstates = sorted(timed["seqlen"].unique()), sorted(timed["dstate"].unique())
     for ax, nheads in zip(axes[0], heads, strict=True):
-        grid = timed[timed["nheads"] == nheads].pivot_table(
-            index="dstate", columns="seqlen", values="speedup", aggfunc=geomean
+        grid = (
+            timed[timed["nheads"] == nheads]
+            .pivot_table(index="dstate", columns="seqlen", values="speedup", aggfunc=geomean)
+            .reindex(index=dstates, columns=seqlens)  # a cell no point fills stays blank
         )
         image = ax.imshow(grid.to_numpy(), cmap="RdYlGn", norm=norm, aspect="auto", origin="lower")
         for (i, j), v in np.ndenumerate(grid.to_numpy()):
@@ -130,11 +157,17 @@ def _ok_rows(df: pd.DataFrame, mode: str, providers: Sequence[str]) -> pd.DataFr
 
 
 def _provider_lines(
-    ax, panel: pd.DataFrame, providers: Sequence[str], y: str, errors: bool, scale: float = 1.0
+    ax,
+    panel: pd.DataFrame,
+    providers: Sequence[str],
+    y: str,
+    errors: bool,
+    series: list[str],
+    colors: dict,
+    scale: float = 1.0,
 ) -> None:
-    """One line per provider x series; colour by series, line style by provider."""
-    series = _series(panel)
-    colors = {key: f"C{i}" for i, (key, _) in enumerate(panel.groupby(series, sort=True))}
+    """One line per provider x series; colour by series (`colors`, the figure's), line style by
+    provider."""
     for p_index, provider in enumerate(providers):
         for key, line in panel[panel["provider"] == provider].groupby(series, sort=True):
             line = line.sort_values("seqlen")
@@ -172,29 +205,34 @@ def absolute_times(
         return _empty(what, gpu, f"no ok rows in {mode} mode")
     heads = sorted(rows["nheads"].unique())
     fig, axes = _panels(len(heads))
+    series = _series(rows)
+    colors = _colors(rows, series)
     for ax, nheads in zip(axes[0], heads, strict=True):
         panel = rows[rows["nheads"] == nheads]
-        _provider_lines(ax, panel, providers, "median_ms", errors=True)
+        _provider_lines(ax, panel, providers, "median_ms", True, series, colors)
         ax.set_yscale("log")
         _seqlen_axis(ax, rows["seqlen"])
         ax.set_title(f"H = {nheads}")
     axes[0][0].set_ylabel("median time (ms)")
-    axes[0][-1].legend(fontsize="x-small", loc="best")
+    _legend(fig, axes, "x-small")
     _titled(fig, what, gpu)
     return fig
 
 
 def roofline_fraction(
     df: pd.DataFrame,
+    meta: dict,
     mode: str = "graph",
     gpu: str = "",
-    peaks: dict | None = None,
     providers: Sequence[str] = ("triton", "cutile"),
 ) -> Figure:
-    """Achieved % of the measured bf16 matmul peak (top) and copy bandwidth (bottom); `peaks`
-    names the rates in the labels, None where each worker divided by its own
-    (harness.peaks.run_rates)."""
+    """Achieved % of the measured bf16 matmul rate (top: the FLOPs of the problem as posed,
+    analysis.bf16_fraction, as the targets count) and of the copy bandwidth (bottom), each row
+    over the rates of the worker that timed it; the labels name the rates where all workers'
+    agree (harness.peaks.run_rates)."""
+    peaks = run_rates(meta)
     rows = _ok_rows(df, mode, providers)
+    rows = rows.assign(bf16_fraction=bf16_fraction(rows, meta))
     what = f"Fraction of measured peaks ({mode} mode)"
     if rows.empty:
         return _empty(what, gpu, f"no ok rows in {mode} mode")
@@ -208,18 +246,20 @@ def roofline_fraction(
         return f"{value:.0f} {unit}" if isinstance(value, (int, float)) else f"? {unit}"
 
     labels = (
-        ("frac_peak_flops", f"% of bf16 peak ({rate('bf16_tflops', 'TFLOP/s')})"),
+        ("bf16_fraction", f"% of bf16 rate ({rate('bf16_tflops', 'TFLOP/s')}),\nposed FLOPs"),
         ("frac_peak_bw", f"% of copy bandwidth ({rate('copy_gbps', 'GB/s')})"),
     )
+    series = _series(rows)
+    colors = _colors(rows, series)
     for r, (column, label) in enumerate(labels):
         for ax, nheads in zip(axes[r], heads, strict=True):
             panel = rows[rows["nheads"] == nheads]
-            _provider_lines(ax, panel, providers, column, errors=False, scale=100.0)
+            _provider_lines(ax, panel, providers, column, False, series, colors, scale=100.0)
             _seqlen_axis(ax, rows["seqlen"])
             ax.set_title(f"H = {nheads}")
         axes[r][0].set_ylim(bottom=0)  # after all panels: the row shares y limits
         axes[r][0].set_ylabel(label)
-    axes[0][-1].legend(fontsize="x-small", loc="best")
+    _legend(fig, axes, "x-small")
     _titled(fig, what, gpu)
     return fig
 
@@ -248,7 +288,8 @@ def kernel_breakdown(
     points = list(points) if points is not None else pick_points(breakdown)
     providers = sorted(breakdown["provider"].unique())
     kernels = list(dict.fromkeys(zip(breakdown["provider"], breakdown["kernel"], strict=True)))
-    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
+    palette = matplotlib.colormaps["tab20"].colors  # 20 kernels before a colour repeats
+    colors = {k: palette[i % len(palette)] for i, k in enumerate(kernels)}
     fig = Figure(figsize=(1.6 * len(points) * len(providers) + 3.5, 4.8), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / len(providers)

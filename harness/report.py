@@ -21,7 +21,6 @@ from PIL import Image
 
 from harness import analysis, environment, markdown, plots, records, targets
 from harness.config import planned_points
-from harness.peaks import run_rates
 
 #: records.MODES in report order: graph first (the headline: device time without host work).
 MODES = ("graph", *(m for m in records.MODES if m != "graph"))
@@ -78,9 +77,7 @@ def figures(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> dict
     out[f"speedup_heatmap_{primary}.png"] = plots.speedup_heatmap(headline, gpu)
     providers = (baseline, candidate)
     out[f"times_{primary}.png"] = plots.absolute_times(df, primary, gpu, providers)
-    out[f"roofline_{primary}.png"] = plots.roofline_fraction(
-        df, primary, gpu, run_rates(meta), providers
-    )
+    out[f"roofline_{primary}.png"] = plots.roofline_fraction(df, meta, primary, gpu, providers)
     breakdown = analysis.kernel_breakdown(df)
     if not breakdown.empty:
         out["kernel_breakdown.png"] = plots.kernel_breakdown(breakdown, gpu)
