@@ -17,9 +17,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from harness import analysis, markdown
+from harness import analysis, markdown, records
 from harness.history import best_fraction_of_peak
 from harness.peaks import row_rate
+from harness.problem import Problem
 
 MIN_SPEEDUP = 1.14  # at every point, graph mode
 EAGER_MIN_SPEEDUP = 1.0  # never slower than the baseline in eager mode
@@ -27,6 +28,7 @@ GEOMEAN_SPEEDUP = 2.0
 LONG_SEQLEN, LARGE_DSTATE, LONG_SPEEDUP = 16384, 256, 2.5
 PEAK_FRACTION = 0.40  # of the run's measured bf16 matmul rate, at its longest sequences
 DEFAULT_SWEEP = Path(__file__).resolve().parents[1] / "conf" / "sweep" / "default.yaml"
+TARGET_GPU = "NVIDIA H200"
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,12 @@ def section(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> str:
     covered, total = default_sweep_coverage(df)
     if covered < total:
         intro += (
-            f" This run has {covered} of the default sweep's {total} points (seqlen × nheads × "
-            "dstate), so each target is read off those alone: the issue judges the whole sweep."
+            f" This run has {covered} of the default sweep's {total} points, so each target is "
+            "read off its own points alone: the issue judges the whole sweep."
         )
+    gpus = records.gpu_names(df)
+    if gpus != [TARGET_GPU]:
+        intro += f" It was measured on {', '.join(gpus) or 'no named GPU'}, not the {TARGET_GPU}."
     text = (
         "## Targets\n\n" + intro + "\n\n" + markdown.table(("target", "this run", "status"), rows)
     )
@@ -215,9 +220,16 @@ def section(df: pd.DataFrame, meta: dict, baseline: str, candidate: str) -> str:
 
 
 def default_sweep_coverage(df: pd.DataFrame, sweep: Path = DEFAULT_SWEEP) -> tuple[int, int]:
-    """(points of the default sweep's seqlen × nheads × dstate grid among the run's rows, points in
-    that grid): a run of a few points meets or misses a target on those points only."""
+    """(points of the default sweep among the run's rows, points in it), by whole point key (a run
+    of the same L × H × N grid with another headdim, chunk or batch covers none of it): a run of a
+    few points meets or misses a target on those points only."""
     spec = yaml.safe_load(sweep.read_text())
-    grid = {(s, h, n) for s in spec["seqlen"] for h in spec["nheads"] for n in spec["dstate"]}
-    run = set(zip(df["seqlen"], df["nheads"], df["dstate"], strict=True))
-    return len(grid & run), len(grid)
+    axes = ("seqlen", "nheads", "dstate")
+    fixed = {k: v for k, v in spec.items() if k not in (*axes, "name")}
+    sweep_keys = {
+        Problem(seqlen=s, nheads=h, dstate=n, **fixed).key()
+        for s in spec["seqlen"]
+        for h in spec["nheads"]
+        for n in spec["dstate"]
+    }
+    return len(sweep_keys & set(df["point"])), len(sweep_keys)

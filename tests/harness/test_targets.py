@@ -114,20 +114,24 @@ def test_the_section_marks_each_target() -> None:
 
 def test_a_run_of_part_of_the_default_sweep_says_so() -> None:
     """12 synthetic points, all on the default grid: the section says they are 12 of its 63;
-    points off the grid (seqlen 3000) do not count."""
+    points off the grid (seqlen 3000), or on it with another headdim, do not count."""
     df = synthetic_table(seqlens=(4096, 16384), dstates=DSTATES, speedup=2.6)
     assert targets.default_sweep_coverage(df) == (12, 63)
     text = targets.section(df, synthetic_meta(), "triton", "cutile")
     assert "This run has 12 of the default sweep's 63 points" in text
+    assert "not the NVIDIA H200" not in text
     off = synthetic_table(seqlens=(3000,), dstates=DSTATES, speedup=2.6)
     assert targets.default_sweep_coverage(off) == (0, 63)
+    wide = df.assign(point=df["point"].str.replace("_P64_", "_P128_"))
+    assert targets.default_sweep_coverage(wide) == (0, 63)
+    other = synthetic_table(seqlens=(4096,), gpu="NVIDIA H100 80GB HBM3")
+    assert "measured on NVIDIA H100 80GB HBM3, not the NVIDIA H200" in targets.section(
+        other, synthetic_meta(gpu="NVIDIA H100 80GB HBM3"), "triton", "cutile"
+    )
+    all_seqlens = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
     whole = targets.default_sweep_coverage(
-        pd.DataFrame(
-            [(s, h, n) for s in (1024, 2048, 4096, 8192, 16384, 32768, 65536)
-             for h in (32, 64, 128) for n in DSTATES],
-            columns=["seqlen", "nheads", "dstate"],
-        )
-    )  # fmt: skip
+        synthetic_table(seqlens=all_seqlens, nheads=(32, 64, 128), dstates=DSTATES)
+    )
     assert whole == (63, 63)
 
 
