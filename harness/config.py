@@ -453,10 +453,18 @@ def job_overrides(args: Sequence[str]) -> list[list[str]]:
 
 
 def preflight(args: Sequence[str]) -> None:
-    """Compose and validate every job of `run_bench.py args`; ConfigError for the first bad one."""
+    """Compose and validate every job of `run_bench.py args`; ConfigError for the first bad one.
+    Under the SLURM launcher every job needs a run_id: a job SLURM requeues resumes its run only
+    by its id (without one it would start a new run)."""
+    slurm = any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
     for overrides in job_overrides(args):
         try:
             cfg = compose(overrides)
         except Exception as exc:  # Hydra's composition errors name the key
             raise ConfigError(one_line(exc)) from None
-        validate(to_bench(cfg))
+        bench = to_bench(cfg)
+        validate(bench)
+        _check(
+            not slurm or bench.run_id is not None,
+            "the SLURM launcher needs run_id=...: a requeued job resumes its run by that id",
+        )

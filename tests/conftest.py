@@ -1,5 +1,5 @@
-"""Test-session setup: Triton's interpreter on machines without a CUDA GPU, `gpu` test skips, and
-mamba_ssm's deterministic mode on machines with one.
+"""Test-session setup: Triton's interpreter on machines without a CUDA GPU, `gpu` test skips
+there and `interpreter` test skips on machines with one, where mamba_ssm runs deterministic.
 
 pytest imports this before any test module, hence before triton: Triton decides at import time
 whether @triton.jit builds interpreted functions, so TRITON_INTERPRET must be set here.
@@ -29,10 +29,24 @@ else:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _selects_gpu_tests(markexpr: str) -> bool:
+    """Whether `-m` asks for the gpu tests (`gpu`, `gpu and not slow`; not `not gpu`)."""
+    words = markexpr.replace("(", " ").replace(")", " ").split()
+    return any(w == "gpu" and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a GPU the `gpu` tests are skipped; with one, the `interpreter` tests (Triton then
+    compiles for the GPU and refuses their CPU tensors; test_matches_reference_on_gpu covers it)."""
     if HAS_CUDA_GPU:
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run pytest -m gpu on a GPU node)")
+        skip, reason = "interpreter", "runs Triton's interpreter, which a GPU machine does not use"
+    elif _selects_gpu_tests(config.option.markexpr):
+        raise pytest.UsageError(
+            "-m gpu, but torch sees no CUDA GPU here (a CPU build of torch, CUDA_VISIBLE_DEVICES "
+            "empty, or a driver mismatch): the GPU tests would all be skipped"
+        )
+    else:
+        skip, reason = "gpu", "needs a CUDA GPU (run pytest -m gpu on a GPU node)"
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        if skip in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -152,6 +152,14 @@ def test_multirun_jobs_are_the_product_of_sweeps() -> None:
     config.preflight(args)  # both jobs compose and validate
 
 
+def test_the_slurm_launcher_needs_a_run_id() -> None:
+    """A job SLURM requeues after its time limit resumes its run only by id."""
+    slurm = ["-m", "hydra/launcher=ssdbench_slurm", "sweep=smoke"]
+    with pytest.raises(ConfigError, match="SLURM launcher needs run_id"):
+        config.preflight(slurm)
+    config.preflight([*slurm, "run_id=big"])
+
+
 def test_the_device_must_be_one_this_node_shows() -> None:
     config.check_device(bench("device=1"), 2)
     with pytest.raises(ConfigError, match="device=3, but this node shows 2 GPU"):

@@ -74,12 +74,14 @@ def check_against_reference(problem: Problem, device: str) -> None:
     assert_close(final_states, ref_states, tol, "final_states")
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", CASES)
 def test_matches_reference_on_cpu(case: str, dtype: str) -> None:
     check_against_reference(replace(CASES[case], dtype=dtype), "cpu")
 
 
+@pytest.mark.interpreter
 def test_bare_call_returns_out_only() -> None:
     problem = replace(
         TINY,
@@ -172,6 +174,7 @@ def test_restored_picks_run_without_tuning_on_gpu(monkeypatch: pytest.MonkeyPatc
     assert triton_ssd.autotune_state() == state and triton_ssd.autotune_picks() == picks
 
 
+@pytest.mark.interpreter
 def test_autotune_picks_name_the_config_of_every_kernel() -> None:
     triton_ssd.ssd_forward(**make_inputs(TINY, seed=3).kwargs())
     picks = triton_ssd.autotune_picks()
