@@ -6,7 +6,7 @@
 #                     only files cuTile needs from the nvidia-cuda-{tileiras,nvcc} and nvidia-nvvm
 #                     wheels (13.5.37: 232 MB raw, 59.2 MiB xz)
 #   wheels/           cuda-tile, hydra-core, omegaconf, antlr4 runtime, mamba-ssm (no CUDA ext),
-#                     submitit and its Hydra launcher; pure Python except cuda-tile
+#                     submitit (with cloudpickle) and its Hydra launcher; pure Python except cuda-tile
 #   install.sh        the node-side installer (copied from scripts/offline/install.sh)
 # It is cached under ${SSDBENCH_CACHE:-~/.cache/ssdbench} keyed by this script's content, and
 # copied to the output folder (default .offline/, git-ignored). Usage: build_bundle.sh [OUT_DIR]
@@ -29,7 +29,7 @@ if [ ! -f "$cache/.complete" ]; then
   "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache.tmp/dl" \
     nvidia-cuda-tileiras=="$toolchain" nvidia-cuda-nvcc=="$toolchain" nvidia-nvvm=="$toolchain"
   "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache.tmp/wheels" \
-    cuda-tile==1.7.0 hydra-core==1.3.8 omegaconf==2.3.0 submitit==1.5.4 \
+    cuda-tile==1.7.0 hydra-core==1.3.8 omegaconf==2.3.0 submitit==1.5.4 cloudpickle==3.1.1 \
     hydra-submitit-launcher==1.2.0
   "${pip[@]}" wheel -q --no-deps -w "$cache.tmp/wheels" antlr4-python3-runtime==4.9.3
   # mamba-ssm ships only an sdist; build its pure-Python wheel without the CUDA extension.
