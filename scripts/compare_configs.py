@@ -143,6 +143,7 @@ def main() -> int:
         calls = [Call("triton", functools.partial(triton_ssd.ssd_forward, **kwargs),
                       triton_ssd.KERNEL_NAMES)]  # fmt: skip
         errors = {}
+        broken = {}  # name: why its check raised; kept as a row of its own, never timed
         forwards = (
             [
                 (name, functools.partial(ssd_forward, **kwargs, config=point_config(problem, o)))
@@ -155,8 +156,8 @@ def main() -> int:
             try:
                 errors[name] = check(problem, fn, ref)
             except Exception as exc:  # one broken variant must not lose the others
-                errors[name] = (float("nan"), float("nan"))
-                print(f"{problem.key()} {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                broken[name] = f"{type(exc).__name__}: {exc}"
+                print(f"{problem.key()} {name}: {broken[name]}", file=sys.stderr)
                 continue
             calls.append(Call(name, fn, KERNEL_PREFIXES))
         del ref
@@ -187,13 +188,21 @@ def main() -> int:
                 }
             )
             log(args.out, rows[-1])
+        for name, why in broken.items():
+            nan = float("nan")
+            rows.append(
+                {"point": problem.key(), "variant": name, "err_out": nan, "err_final": nan,
+                 "graph_ms": nan, "speedup": nan, "eager_ms": None, "kernel_ms": {},
+                 "error": why, "gpu_clocks": clocks}
+            )  # fmt: skip
+            log(args.out, rows[-1])
     print(
         f"\n{'point':<46} {'variant':<14} {'err':>8} {'graph ms':>9} {'x':>6} {'eager ms':>9}"
         "  kernels"
     )
     for r in rows:
         err = "" if r["err_out"] is None else f"{r['err_out']:.1e}"
-        kern = " ".join(f"{n[:12]}={t:.3f}" for n, t in r["kernel_ms"].items())
+        kern = " ".join(f"{n[:12]}={t:.3f}" for n, t in r["kernel_ms"].items()) or r["error"][:80]
         eager_ms = "" if r["eager_ms"] is None else f"{r['eager_ms']:.4f}"
         print(
             f"{r['point'][:46]:<46} {r['variant']:<14} {err:>8} {r['graph_ms']:>9.4f} "
