@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -188,6 +189,9 @@ def main(args: list[str]) -> None:
         from harness import config  # registers bench_schema in Hydra's ConfigStore
     except ModuleNotFoundError as exc:
         _fail(f"ssdbench: {exc.name} is not installed; set up the environment with: make venv", 1)
+    slurm = any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
+    if slurm and not flags & INFO_FLAGS and not shutil.which("srun"):
+        _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     # Other flags (--config-name …) change what the jobs compose to; Hydra reports those itself.
     if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
         try:

@@ -507,6 +507,11 @@ def test_slurm_submission_needs_no_gpu_on_the_login_node(monkeypatch, capsys) ->
     monkeypatch.setattr("hydra.main", lambda **kwargs: lambda task: lambda: launched.append(task))
     args = ["-m", "hydra/launcher=ssdbench_slurm", "run_id=big", "shard.count=2",
             "shard.index=range(2)"]  # fmt: skip
+    monkeypatch.setattr(module.shutil, "which", lambda name: None)  # off a cluster
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    assert exit_.value.code == 2 and "needs srun on PATH" in capsys.readouterr().err
+    monkeypatch.setattr(module.shutil, "which", lambda name: f"/usr/bin/{name}")
     module.main(args)
     assert launched == [module._task]  # submitted; the jobs check for their GPU themselves
     with pytest.raises(SystemExit) as exit_:
