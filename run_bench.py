@@ -85,41 +85,64 @@ def _task(cfg: DictConfig) -> None:
     )
     if failure:
         _fail(failure, 3)
-    not_passed = failed_line(run_dirs, None if bench.gpus > 1 else owned_points(bench))
+    points, names = owned(bench)
+    not_passed = failed_line(run_dirs, points, names)
     if not_passed:
         from harness.local_gpus import NOT_PASSED
 
+        if _jobs_share_this_process():  # the jobs after this one still run; main() exits 5
+            NOT_PASSED_JOBS.append(not_passed)
+            print(not_passed, file=sys.stderr)
+            return
         _fail(not_passed, NOT_PASSED)
 
 
-def owned_points(bench: BenchConfig) -> set[str]:
-    """Keys of the points this process's shard owns (all of the sweep's when unsharded)."""
+# Lines of the jobs of an in-process multirun whose pairs did not all pass (main() exits 5).
+NOT_PASSED_JOBS: list[str] = []
+
+
+def _jobs_share_this_process() -> bool:
+    """Whether this is one of several Hydra jobs run one after another in this process (a
+    multirun on the basic launcher), where an exit would cancel the jobs after it."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    launcher = str(hydra_cfg.launcher.get("_target_", ""))
+    return hydra_cfg.mode == RunMode.MULTIRUN and launcher.endswith("BasicLauncher")
+
+
+def owned(bench: BenchConfig) -> tuple[set[str], set[str]]:
+    """(keys of the points this process owns: its shard's, all of the sweep's for gpus > 1 or
+    unsharded; the providers it runs): a job answers for these, not for what an earlier sweep
+    under the same run_id or another shard measured."""
     from harness import config, sharding
 
     problems = sharding.select(config.validate(bench), bench.shard.index, bench.shard.count)
-    return {problem.key() for problem in problems}
+    return {problem.key() for problem in problems}, set(bench.providers.names)
 
 
-def failed_line(run_dirs: list[Path], points: set[str] | None = None) -> str:
-    """One line on the (point, provider) pairs of the runs that did not pass, among `points`
-    (None: all), "" if none: a run whose every point was measured still fails its job when an
-    answer was wrong or errored. A shard counts its own points, not the other shards'."""
+def failed_line(run_dirs: list[Path], points: set[str], providers: set[str]) -> str:
+    """One line on the (point, provider) pairs of the runs among `points` and `providers` that
+    did not pass, "" if none: a run whose every point was measured still fails its job when an
+    answer was wrong or errored."""
     from harness import records
 
     counts: dict[str, int] = {}
     for run_dir in run_dirs:
         table = records.load_run(run_dir)[0]
-        if points is not None:
-            table = table[table["point"].isin(points)]
+        table = table[table["point"].isin(points) & table["provider"].isin(providers)]
         for status, pairs in records.failed_pairs(table).items():
             counts[status] = counts.get(status, 0) + len(pairs)
     if not counts:
         return ""
     found = ", ".join(f"{n} {status}" for status, n in counts.items())
+    line = f"ssdbench: {found} (point, provider) pair(s) did not pass (their rows say why; "
+    if "error" not in counts:
+        return line + "report.md lists them)"
     return (
-        f"ssdbench: {found} (point, provider) pair(s) did not pass (their rows say why; "
-        f"report.md lists them); rerun with run_id={run_dirs[0].name} retry_errors=true to "
-        "measure the errors again"
+        f"{line}report.md lists them); rerun with run_id={run_dirs[0].name} retry_errors=true "
+        "to measure the errors again"
     )
 
 
@@ -189,8 +212,7 @@ def main(args: list[str]) -> None:
         from harness import config  # registers bench_schema in Hydra's ConfigStore
     except ModuleNotFoundError as exc:
         _fail(f"ssdbench: {exc.name} is not installed; set up the environment with: make venv", 1)
-    slurm = any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
-    if slurm and not flags & INFO_FLAGS and not shutil.which("srun"):
+    if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
         _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     # Other flags (--config-name …) change what the jobs compose to; Hydra reports those itself.
     if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
@@ -199,6 +221,13 @@ def main(args: list[str]) -> None:
         except config.ConfigError as exc:
             _fail(f"ssdbench: config error: {exc}", 2)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()
+    if NOT_PASSED_JOBS:
+        from harness.local_gpus import NOT_PASSED
+
+        _fail(
+            f"ssdbench: {len(NOT_PASSED_JOBS)} job(s) had pairs that did not pass (above)",
+            NOT_PASSED,
+        )
 
 
 def exit_without_teardown(code: int | str | None) -> NoReturn:

@@ -26,6 +26,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness import environment
 from harness.problem import Problem, reference_gib
 from harness.records import MODES
 from harness.timing import TimingPolicy
@@ -293,6 +294,10 @@ def validate(cfg: BenchConfig) -> list[Problem]:
     )
     _check_scale_out(cfg)
     _check_tuning_cache(cfg)
+    try:  # the run records them; a bad one must stop it here, not once the GPU is set up
+        environment.git_override()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     problems = expand_points(cfg.sweep)
     _check_reference_or_fallback(cfg, problems)
     return problems
@@ -452,11 +457,16 @@ def job_overrides(args: Sequence[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
+def uses_slurm(args: Sequence[str]) -> bool:
+    """Whether a command line picks the SLURM launcher (conf/hydra/launcher/ssdbench_slurm)."""
+    return any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
+
+
 def preflight(args: Sequence[str]) -> None:
     """Compose and validate every job of `run_bench.py args`; ConfigError for the first bad one.
     Under the SLURM launcher every job needs a run_id: a job SLURM requeues resumes its run only
     by its id (without one it would start a new run)."""
-    slurm = any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
+    slurm = uses_slurm(args)
     for overrides in job_overrides(args):
         try:
             cfg = compose(overrides)

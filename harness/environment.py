@@ -68,12 +68,13 @@ def package_versions() -> dict[str, str | None]:
 
 
 # git on this checkout whoever owns it (a tree copied or staged by another user is "dubious" to
-# git, which then answers nothing).
-_GIT = ("git", "-c", "safe.directory=*", "-C", str(REPO))
+# git, which then answers nothing), blind to file modes (a copy that lost its exec bits has the
+# commit's code all the same).
+_GIT = ("git", "-c", "safe.directory=*", "-c", "core.fileMode=false", "-C", str(REPO))
 # What counts as the run's code: every tracked file but the results the runs write (a tree whose
 # results were moved aside, to travel light, is no less the commit's code).
 _CODE = (".", ":(exclude)results")
-_COMMIT = re.compile(r"[0-9a-f]{40}")
+_COMMIT = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")  # SHA-1 or SHA-256 repositories
 
 
 def git_state() -> dict[str, object]:
@@ -91,7 +92,7 @@ def git_state() -> dict[str, object]:
     local: dict[str, object] = {"commit": commit, "dirty": None if status is None else bool(status)}
     if status:
         local["changed"] = [line[2:].strip() for line in status.splitlines()[:20]]
-    override = _git_override()
+    override = git_override()
     if override is None:
         if commit is None:
             warnings.warn(
@@ -108,17 +109,19 @@ def git_state() -> dict[str, object]:
     return state
 
 
-def _git_override() -> dict[str, object] | None:
-    """SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY, checked; None when the commit is not set."""
+def git_override() -> dict[str, object] | None:
+    """SSDBENCH_GIT_COMMIT / SSDBENCH_GIT_DIRTY, checked (ValueError naming the variable; config
+    validation turns it into a config error before any GPU work); None when the commit is not
+    set."""
     commit = os.environ.get("SSDBENCH_GIT_COMMIT")
     if not commit:
         return None
     if not _COMMIT.fullmatch(commit):
         raise ValueError(
-            "SSDBENCH_GIT_COMMIT must be a full 40-digit commit (git rev-parse HEAD), "
+            "SSDBENCH_GIT_COMMIT must be a full commit (git rev-parse HEAD: 40 hex digits), "
             f"got {commit!r}"
         )
-    dirty = os.environ.get("SSDBENCH_GIT_DIRTY")
+    dirty = os.environ.get("SSDBENCH_GIT_DIRTY") or None
     if dirty not in (None, "0", "1"):
         raise ValueError(f"SSDBENCH_GIT_DIRTY must be 0 or 1, got {dirty!r}")
     return {"commit": commit, "dirty": None if dirty is None else dirty == "1"}

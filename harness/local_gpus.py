@@ -24,13 +24,12 @@ shard's last lines are still printed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,14 +131,25 @@ class Shard:
     process: subprocess.Popen
 
 
-def _shard_signals() -> None:
-    """In a shard, before it runs: SIGINT stops it (a launcher started in the background may
+# libc, loaded here in the launcher: a shard's preexec_fn runs between fork and exec, where
+# anything more than a system call may deadlock a multi-threaded parent.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
+
+
+def _shard_signals(launcher: int) -> Callable[[], None]:
+    """The preexec_fn of a shard: SIGINT stops it (a launcher started in the background may
     ignore SIGINT, which its children would inherit), and the kernel sends SIGINT when the
-    launcher dies (Linux)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    launcher dies (Linux); a launcher gone before that was set means no shard at all."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+        if os.getppid() != launcher:
+            os._exit(1)
+
+    return setup
 
 
 def _start(args: list[str], device: str, log: Path) -> subprocess.Popen:
@@ -151,28 +161,39 @@ def _start(args: list[str], device: str, log: Path) -> subprocess.Popen:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_shard_signals,
+            preexec_fn=_shard_signals(os.getpid()),
         )
 
 
+def _signal_groups(shards: Sequence[Shard], sig: int) -> None:
+    for shard in shards:
+        try:
+            os.killpg(shard.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def stop(shards: Sequence[Shard], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGINT to each running shard's group, then SIGKILL to those still running after grace_s."""
-    running = [s for s in shards if s.process.poll() is None]
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        for shard in running:
-            try:
-                os.killpg(shard.process.pid, sig)
-            except ProcessLookupError:
-                pass
+    """SIGINT to each running shard's group, up to grace_s for them to record where they got,
+    then SIGKILL to every group (what a shard left behind too: its compile workers). Further
+    interrupts are ignored meanwhile: a second Ctrl-C or a CI cancel's SIGTERM must not cut the
+    SIGKILL round short."""
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        running = [s for s in shards if s.process.poll() is None]
+        _signal_groups(running, signal.SIGINT)
         deadline = time.monotonic() + grace_s
         for shard in running:
             try:
                 shard.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        running = [s for s in running if s.process.poll() is None]
-        if not running:
-            return
+    finally:
+        _signal_groups(shards, signal.SIGKILL)
+        for shard in shards:
+            shard.process.wait()
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum, frame) -> None:
@@ -269,5 +290,8 @@ def _failure(returncode: int) -> str:
     if returncode == 0:
         return ""
     if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:  # real-time signals have no name
+            return f"killed by signal {-returncode}"
     return f"exit status {returncode}"

@@ -18,9 +18,9 @@ import pandas as pd
 import yaml
 
 from harness import analysis, markdown, records
+from harness.config import SweepConfig, expand_points
 from harness.history import best_fraction_of_peak
 from harness.peaks import row_rate
-from harness.problem import Problem
 
 MIN_SPEEDUP = 1.14  # at every point, graph mode
 EAGER_MIN_SPEEDUP = 1.0  # never slower than the baseline in eager mode
@@ -224,12 +224,5 @@ def default_sweep_coverage(df: pd.DataFrame, sweep: Path = DEFAULT_SWEEP) -> tup
     of the same L × H × N grid with another headdim, chunk or batch covers none of it): a run of a
     few points meets or misses a target on those points only."""
     spec = yaml.safe_load(sweep.read_text())
-    axes = ("seqlen", "nheads", "dstate")
-    fixed = {k: v for k, v in spec.items() if k not in (*axes, "name")}
-    sweep_keys = {
-        Problem(seqlen=s, nheads=h, dstate=n, **fixed).key()
-        for s in spec["seqlen"]
-        for h in spec["nheads"]
-        for n in spec["dstate"]
-    }
+    sweep_keys = {problem.key() for problem in expand_points(SweepConfig(**spec))}
     return len(sweep_keys & set(df["point"])), len(sweep_keys)

@@ -6,6 +6,7 @@ result. Sizes larger than a problem's dimension are clamped by the host wrappers
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 
@@ -118,6 +119,8 @@ class SSDConfig:
     def from_dict(cls, values: dict) -> SSDConfig:
         """A config as recorded (result rows, the tuning cache); a field since removed is read
         only at the value that launches as configs do now (RETIRED)."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"a recorded SSDConfig must be a mapping, got {type(values).__name__}")
         values = dict(values)
         for name, now in RETIRED.items():
             if name in values and values.pop(name) != now:

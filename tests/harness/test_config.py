@@ -208,3 +208,10 @@ def test_points_neither_the_reference_nor_the_fallback_can_check_fail_first() ->
     with pytest.raises(ConfigError, match="check.fallback=triton cannot run them .*int32"):
         config.validate(bench(*big))
     config.validate(bench(*big, "check.reference_max_gib=1000"))
+
+
+def test_a_malformed_git_override_is_a_config_error(monkeypatch) -> None:
+    """Not a traceback once the GPU is set up: the run would record it."""
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "fed7e0d87c6d")
+    with pytest.raises(ConfigError, match="SSDBENCH_GIT_COMMIT must be a full commit"):
+        config.validate(bench("sweep=smoke"))

@@ -82,8 +82,8 @@ def test_at_the_copiers_commit_the_trees_own_answer_is_the_dirty_flag(
 @pytest.mark.parametrize(
     ("commit", "dirty", "named"),
     [
-        ("HEAD", "0", "SSDBENCH_GIT_COMMIT must be a full 40-digit commit"),
-        ("6350b9b", "0", "SSDBENCH_GIT_COMMIT must be a full 40-digit commit"),
+        ("HEAD", "0", "SSDBENCH_GIT_COMMIT must be a full commit"),
+        ("6350b9b", "0", "SSDBENCH_GIT_COMMIT must be a full commit"),
         (COMMIT, "true", "SSDBENCH_GIT_DIRTY must be 0 or 1"),
     ],
 )
@@ -93,6 +93,20 @@ def test_a_malformed_override_is_refused(monkeypatch, commit: str, dirty: str, n
     monkeypatch.setenv("SSDBENCH_GIT_DIRTY", dirty)
     with pytest.raises(ValueError, match=named):
         environment.git_state()
+
+
+def test_an_empty_dirty_flag_is_unknown_and_a_sha256_commit_is_full(monkeypatch) -> None:
+    _git(monkeypatch, None, None)
+    monkeypatch.setenv("SSDBENCH_GIT_COMMIT", "ab" * 32)
+    monkeypatch.setenv("SSDBENCH_GIT_DIRTY", "")
+    assert environment.git_state()["dirty"] is None
+
+
+def test_file_modes_are_not_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that lost its exec bits is the commit's code all the same."""
+    asked = _git(monkeypatch, COMMIT, "")
+    environment.git_state()
+    assert all("core.fileMode=false" in cmd for cmd in asked)
 
 
 def test_no_commit_at_all_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,22 +116,29 @@ def test_a_run_with_errors_or_wrong_answers_says_so_in_one_line(tmp_path: Path) 
     from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
 
     module = load_module()
+    both = {"cutile", "triton"}
     clean = build_run(tmp_path, run_id="clean")
-    assert module.failed_line([clean]) == ""
+    assert module.failed_line([clean], set(synthetic_table()["point"]), both) == ""
     table = synthetic_table(run_id="mixed")
     table.loc[(table["provider"] == "cutile") & (table["seqlen"] == 1024), "status"] = "error"
     table.loc[(table["provider"] == "triton") & (table["seqlen"] == 4096), "status"] = "wrong"
     mixed = write_run(tmp_path / "mixed", table, synthetic_meta("mixed"))
-    assert module.failed_line([mixed]) == (
+    points = set(table["point"])
+    assert module.failed_line([mixed], points, both) == (
         "ssdbench: 4 error, 4 wrong (point, provider) pair(s) did not pass (their rows say why; "
         "report.md lists them); rerun with run_id=mixed retry_errors=true to measure the errors "
         "again"
     )
-    # a shard counts only its own points, not the pairs another shard left failed
+    # a job answers for its own points and providers, not another shard's or an earlier sweep's
     others = set(table.loc[table["seqlen"] == 16384, "point"])
-    assert module.failed_line([mixed], others) == ""
+    assert module.failed_line([mixed], others, both) == ""
     one = set(table.loc[table["seqlen"] == 1024, "point"][:1])
-    assert module.failed_line([mixed], one).startswith("ssdbench: 1 error (point, provider)")
+    assert module.failed_line([mixed], one, both).startswith("ssdbench: 1 error (point, provider)")
+    # wrong answers only: retrying would change nothing, so no retry is offered
+    assert module.failed_line([mixed], points, {"triton"}) == (
+        "ssdbench: 4 wrong (point, provider) pair(s) did not pass (their rows say why; "
+        "report.md lists them)"
+    )
 
 
 def test_shards_compose_the_config_their_launcher_composed() -> None:
@@ -153,3 +160,22 @@ def test_shards_compose_the_config_their_launcher_composed() -> None:
         "--config-name=mine",
         "--config-dir=/tmp/conf2",
     ]
+
+
+def test_a_multirun_job_whose_pairs_did_not_pass_lets_the_next_jobs_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 5 from the first job would cancel the others (the basic launcher runs them in this
+    process): the process exits 5 after the last job instead."""
+    module = load_module()
+    jobs = []
+    monkeypatch.setattr(module, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(module, "_sweep", lambda bench: jobs.append(bench.sweep.seqlen) or tmp_path)
+    monkeypatch.setattr(module, "owned", lambda bench: (set(), set()))
+    monkeypatch.setattr(module, "failed_line", lambda dirs, points, names: "ssdbench: 1 wrong")
+    monkeypatch.chdir(tmp_path)
+    args = ["-m", "sweep=smoke", "sweep.seqlen=1024,2048", f"hydra.sweep.dir={tmp_path / 'mr'}"]
+    monkeypatch.setattr(sys, "argv", ["run_bench.py", *args])
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    assert exit_.value.code == 5 and jobs == [1024, 2048]

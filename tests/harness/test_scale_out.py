@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -281,6 +282,43 @@ def test_a_launcher_stopped_or_killed_leaves_no_shard_measuring(tmp_path: Path, 
         assert (tmp_path / f"interrupted-{i}").exists()  # told to stop, not killed
     if sig != "SIGKILL":
         assert "interrupted; rerun with run_id=smoke-" in err
+
+
+def test_stop_kills_a_shard_that_ignores_the_interrupt_and_what_it_started(tmp_path) -> None:
+    """A shard stuck where SIGINT does nothing, and a worker it started (compile processes), are
+    killed once the grace is over, even if the launcher is interrupted again meanwhile."""
+    import signal
+
+    code = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        "print(child.pid, flush=True); time.sleep(120)"
+    )
+    log = tmp_path / "shard.log"
+    process = local_gpus._start([sys.executable, "-c", code], "0", log)
+    deadline = time.monotonic() + 30
+    while not log.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    grandchild = int(log.read_text().split()[0])
+    shard = local_gpus.Shard(0, "0", log, process)
+    previous = signal.signal(signal.SIGTERM, local_gpus._interrupt)
+    try:
+        again = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+        again.start()  # a second interrupt, during the grace
+        local_gpus.stop([shard], grace_s=1.0)
+        again.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert process.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def test_a_shard_killed_by_a_real_time_signal_is_reported() -> None:
+    assert local_gpus._failure(-40) == "killed by signal 40"
+    assert local_gpus._failure(-9) == "killed by SIGKILL"
 
 
 def test_gpus_2_starts_a_shard_per_gpu_and_reports_failures(tmp_path, monkeypatch, capsys) -> None:
