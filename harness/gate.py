@@ -150,11 +150,19 @@ def setting(meta: dict, key: str) -> object:
     return LEGACY_SETTINGS.get(key) if value is None else value
 
 
+def differing_keys(one: dict, other: dict) -> list[str]:
+    """The SETTINGS_KEYS whose values differ between two runs' metas."""
+    return [k for k in SETTINGS_KEYS if setting(one, k) != setting(other, k)]
+
+
 def different_settings(baseline: Run, candidate: Run) -> list[str]:
     """'key=<baseline value> in the baseline, <candidate value> in the candidate' per differing
     SETTINGS_KEYS entry."""
-    pairs = [(k, setting(baseline.meta, k), setting(candidate.meta, k)) for k in SETTINGS_KEYS]
-    return [f"{k}={b!r} in the baseline, {c!r} in the candidate" for k, b, c in pairs if b != c]
+    b, c = baseline.meta, candidate.meta
+    return [
+        f"{k}={setting(b, k)!r} in the baseline, {setting(c, k)!r} in the candidate"
+        for k in differing_keys(b, c)
+    ]
 
 
 def verdict(

@@ -39,7 +39,7 @@ import pandas as pd
 
 from harness import analysis, markdown, providers, records, stats
 from harness.config import planned_points
-from harness.gate import SETTINGS_KEYS, GateInputError, Run, load, setting
+from harness.gate import SETTINGS_KEYS, GateInputError, Run, differing_keys, load, setting
 
 
 def _timed(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
@@ -246,11 +246,7 @@ def _settings_section(runs: list[Run]) -> list[str]:
     last = runs[-1]
     groups: dict[str, list[str]] = {}
     for run in runs[:-1]:
-        differ = [
-            f"{key}={setting(run.meta, key)!r}"
-            for key in SETTINGS_KEYS
-            if setting(run.meta, key) != setting(last.meta, key)
-        ]
+        differ = [f"{k}={setting(run.meta, k)!r}" for k in differing_keys(run.meta, last.meta)]
         if differ:
             groups.setdefault(", ".join(differ), []).append(f"`{run.meta.get('run_id', '')}`")
     if not groups:

@@ -135,8 +135,10 @@ def _cutile_supports(problem: Problem) -> str | None:
     reason = unsupported_reason(problem.headdim, problem.dstate, problem.chunk_size, problem.dtype)
     if reason:
         return reason
-    from kernels.cutile.limits import launch_limit_reason
-
+    try:
+        from kernels.cutile.limits import launch_limit_reason  # records launches: cuda-tile
+    except ImportError:  # no cuda-tile here: loading the provider fails, per point, and says so
+        return None
     kwargs = meta_inputs(problem).kwargs()
     sms = 132
     if torch.cuda.is_available():
