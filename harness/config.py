@@ -254,13 +254,17 @@ def _check(ok: bool, message: str) -> None:
 
 def validate(cfg: BenchConfig) -> list[Problem]:
     """Check every value the schema cannot; returns the sweep's points."""
-    from harness import providers
+    from harness import providers, stats
 
     t = cfg.timing
     _check(bool(t.modes), "timing.modes must name at least one mode")
     _check(len(set(t.modes)) == len(t.modes), f"timing.modes has duplicates: {t.modes}")
     _check(t.warmup >= 0, f"timing.warmup must be >= 0, got {t.warmup}")
-    _check(t.min_reps >= 1, f"timing.min_reps must be >= 1, got {t.min_reps}")
+    _check(
+        t.min_reps >= stats.MIN_CI_SAMPLES,
+        f"timing.min_reps must be >= {stats.MIN_CI_SAMPLES}, got {t.min_reps}: fewer samples have"
+        " no 95 % interval of the median, which the CI target and the regression gate judge by",
+    )
     _check(t.max_reps >= t.min_reps, f"timing.max_reps must be >= min_reps, got {t.max_reps}")
     _check(t.max_seconds > 0, f"timing.max_seconds must be > 0, got {t.max_seconds}")
     _check(0 < t.ci_target < 1, f"timing.ci_target must be in (0, 1), got {t.ci_target}")

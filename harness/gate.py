@@ -27,7 +27,7 @@ So a move beyond tolerance fails only when the noise the runs measured cannot ex
 statistically clear move smaller than tolerance does not fail. Each point shows both runs' SM clock
 as its timing ended (gpu_clocks): a point slowed by a power-capped clock fails all the same, but
 the reader sees why. A point without an interval in either run (fewer than 6 repetitions: the
-timing now always takes min_reps, but older runs or min_reps < 6 may lack one) is judged by its
+timing now always takes min_reps, at least 6, but older runs may lack one) is judged by its
 estimate alone: beyond tolerance it is slower or faster, never ambiguous.
 Floor (--floor X): a candidate point fails when its whole speedup interval lies below X
 (hi < X, or the estimate < X where there is no interval); a point estimate below X with hi >= X

@@ -64,6 +64,11 @@ def median_ci_ranks(n: int, level: float = CI_LEVEL) -> tuple[int, int] | None:
     return None if best is None else (best, n + 1 - best)
 
 
+#: The fewest samples that have a CI_LEVEL interval of the median (6 at 95 %: (min, max) of six
+#: samples holds the median with probability 1 − 2/64 = 96.9 %).
+MIN_CI_SAMPLES = next(n for n in range(1, 1000) if median_ci_ranks(n))
+
+
 def summarize(samples: Sequence[float], level: float = CI_LEVEL) -> Summary:
     """Summary of one provider's timed samples (at least one)."""
     ordered = np.sort(np.asarray(samples, dtype=float))

@@ -65,8 +65,9 @@ class Call:
 class TimingPolicy:
     """When to stop sampling (config.TimingConfig extends it with the Hydra-facing fields).
 
-    min_reps >= 6 lets a 95 % interval of the median exist. Every call gets min_reps samples
-    however long they take; max_seconds caps the time spent after that.
+    min_reps >= stats.MIN_CI_SAMPLES (6) lets a 95 % interval of the median exist; the config
+    insists on it. Every call gets min_reps samples however long they take; max_seconds caps the
+    time spent after that.
     """
 
     warmup: int = 3

@@ -88,6 +88,7 @@ def test_typo_fails_naming_the_key(override: str, named: str) -> None:
         ("timing.l2=lukewarm", "full_key: timing.l2"),
         ("timing.modes=[eager,wall]", r"full_key: timing.modes\[1\]"),
         ("timing.min_reps=many", "full_key: timing.min_reps"),
+        ("timing.min_reps=5", "timing.min_reps must be >= 6, got 5: fewer samples have no 95 %"),
         ("timing.ci_target=2", "timing.ci_target must be in"),
         ("timing.max_reps=3", "timing.max_reps must be >= min_reps"),
         ("timing.modes=[graph,graph]", "timing.modes has duplicates"),

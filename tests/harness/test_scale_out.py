@@ -27,8 +27,8 @@ from tests.harness.test_runner import CALLS, PEAKS, WallTimer, _answer, fake
 REPO = Path(__file__).parents[2]
 ENV = {"gpu": {"name": "cpu", "index": None}, "git": {"commit": "abc", "dirty": False}}
 SMALL = ["sweep=smoke", "sweep.seqlen=[32,64,128]", "sweep.nheads=[2,4]", "sweep.headdim=8",
-         "sweep.dstate=16", "sweep.chunk_size=16", "timing.warmup=1", "timing.min_reps=3",
-         "timing.max_reps=3", "timing.kernels_batch=3", "progress=false",
+         "sweep.dstate=16", "sweep.chunk_size=16", "timing.warmup=1", "timing.min_reps=6",
+         "timing.max_reps=6", "timing.kernels_batch=3", "progress=false",
          "providers.names=[good]"]  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness import stats
 from harness.stats import converged, geomean, median, median_ci_ranks, ratio_interval, summarize
 
 
@@ -29,6 +30,7 @@ def test_too_few_samples_have_no_interval() -> None:
     assert median_ci_ranks(5) is None  # (min, max) covers only 1 - 2/32 = 93.75 %
     assert median_ci_ranks(1) is None
     assert median_ci_ranks(6) == (1, 6)
+    assert stats.MIN_CI_SAMPLES == 6
 
 
 def test_summarize_known_values() -> None:
