@@ -69,6 +69,9 @@ TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
 #: runner flushes at least twice the L2); timing.modes only says which modes exist, and the compared
 #: mode must have rows in both runs; check.* decides how answers are judged, not timed.
 SETTINGS_KEYS = ("tune", "triton_autotune", "chunk_policy", "timing.l2", "seed")
+#: Settings that change what one mode measures, compared only in that mode: in eager mode each
+#: sample follows the other provider's call or the provider's own (up to 90 µs apart on the H200).
+MODE_SETTINGS_KEYS = {"eager": ("timing.eager_after_self",)}
 VERDICT_ORDER = (
     "slower",
     "broken",
@@ -150,18 +153,23 @@ def setting(meta: dict, key: str) -> object:
     return LEGACY_SETTINGS.get(key) if value is None else value
 
 
-def differing_keys(one: dict, other: dict) -> list[str]:
-    """The SETTINGS_KEYS whose values differ between two runs' metas."""
-    return [k for k in SETTINGS_KEYS if setting(one, k) != setting(other, k)]
+def settings_keys(mode: str) -> tuple[str, ...]:
+    """The settings two runs must share for their `mode` times to measure the same thing."""
+    return SETTINGS_KEYS + MODE_SETTINGS_KEYS.get(mode, ())
 
 
-def different_settings(baseline: Run, candidate: Run) -> list[str]:
+def differing_keys(one: dict, other: dict, mode: str) -> list[str]:
+    """The settings_keys(mode) whose values differ between two runs' metas."""
+    return [k for k in settings_keys(mode) if setting(one, k) != setting(other, k)]
+
+
+def different_settings(baseline: Run, candidate: Run, mode: str) -> list[str]:
     """'key=<baseline value> in the baseline, <candidate value> in the candidate' per differing
-    SETTINGS_KEYS entry."""
+    settings_keys(mode) entry."""
     b, c = baseline.meta, candidate.meta
     return [
         f"{k}={setting(b, k)!r} in the baseline, {setting(c, k)!r} in the candidate"
-        for k in differing_keys(b, c)
+        for k in differing_keys(b, c, mode)
     ]
 
 
@@ -371,7 +379,7 @@ def run_gate(
                 "pass --allow-different-gpus to compare anyway"
             )
         notes.append(f"Different GPUs allowed: {pair}.")
-    differences = "; ".join(different_settings(baseline, candidate))
+    differences = "; ".join(different_settings(baseline, candidate, mode))
     if differences:
         if not allow_different_settings:
             raise GateInputError(
@@ -550,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--allow-different-settings",
         action="store_true",
-        help=f"compare runs that differ in {', '.join(SETTINGS_KEYS)}",
+        help=f"compare runs that differ in {', '.join(SETTINGS_KEYS)} (and in eager mode "
+        f"{', '.join(MODE_SETTINGS_KEYS['eager'])})",
     )
     parser.add_argument("--fail-on-ambiguous", action="store_true")
     parser.add_argument("--report-md", type=Path, help="write the markdown report here")

@@ -17,9 +17,9 @@ RUNs (run directories or results Parquet files) are given oldest first. It print
   drift (another node, its clocks, the kernels' code if it changed between the commits), which
   the former carry too; runs on GPUs with no uuid in common are named, as that drift is then the
   node's;
-- the runs measured with settings other than the last run's (gate.SETTINGS_KEYS: autotuning,
-  chunk policy, L2, seed), which the fastest times include and whose time changes are not the
-  code's alone;
+- the runs measured with settings other than the last run's (gate.settings_keys of the mode:
+  autotuning, chunk policy, L2, seed, and in eager mode the eager sample order), which the
+  fastest times include and whose time changes are not the code's alone;
 - for the last run, each provider's chunk screening times against the run before it, per chunk
   length screened (chunk_policy=fastest). The length a provider did not run is timed only
   there, so a change that slows that length shows nowhere else (docs/performance.md, change 49).
@@ -39,7 +39,7 @@ import pandas as pd
 
 from harness import analysis, markdown, providers, records, stats
 from harness.config import planned_points
-from harness.gate import SETTINGS_KEYS, GateInputError, Run, differing_keys, load, setting
+from harness.gate import GateInputError, Run, differing_keys, load, setting, settings_keys
 
 
 def _timed(table: pd.DataFrame, provider: str, mode: str) -> pd.DataFrame:
@@ -233,25 +233,26 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         "",
         _excess(above_fastest(last.table, tables, baseline, mode), last.table, baseline),
     ]
-    lines += _settings_section(runs)
+    lines += _settings_section(runs, mode)
     if len(runs) > 1:
         lines += _time_section(runs[-2], last, sides, mode)
         lines += _screening_section(runs[-2], last, sides, mode)
     return "\n".join(lines) + "\n"
 
 
-def _settings_section(runs: list[Run]) -> list[str]:
+def _settings_section(runs: list[Run], mode: str) -> list[str]:
     """Markdown lines naming the runs measured with settings other than the last run's, grouped
     by what differs; none where all agree."""
     last = runs[-1]
     groups: dict[str, list[str]] = {}
     for run in runs[:-1]:
-        differ = [f"{k}={setting(run.meta, k)!r}" for k in differing_keys(run.meta, last.meta)]
+        keys = differing_keys(run.meta, last.meta, mode)
+        differ = [f"{k}={setting(run.meta, k)!r}" for k in keys]
         if differ:
             groups.setdefault(", ".join(differ), []).append(f"`{run.meta.get('run_id', '')}`")
     if not groups:
         return []
-    own = ", ".join(f"{key}={setting(last.meta, key)!r}" for key in SETTINGS_KEYS)
+    own = ", ".join(f"{key}={setting(last.meta, key)!r}" for key in settings_keys(mode))
     return [
         "",
         "## Settings",

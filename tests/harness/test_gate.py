@@ -325,6 +325,19 @@ def test_different_settings(capsys, tmp_path: Path, baseline: Path, key, value, 
     assert note.startswith("Different settings allowed") and shown in note
 
 
+def test_eager_order_matters_only_in_eager_mode(capsys, tmp_path: Path) -> None:
+    """eager_after_self moves an eager sample by up to 90 µs: two runs that differ in it are
+    refused in eager mode, and compared in graph mode, whose samples it does not touch."""
+    modes = ("eager", "graph")
+    base = build_run(tmp_path / "base", modes=modes, ci_rel=0.01)
+    other = build_run(
+        tmp_path / "cand", modes=modes, settings={"timing.eager_after_self": True}, ci_rel=0.01
+    )
+    shown = "timing.eager_after_self=False in the baseline, True in the candidate"
+    assert_unusable(*run(capsys, base, other, "--mode", "eager")[::2], "different settings", shown)
+    assert run(capsys, base, other, "--mode", "graph")[0] == 0
+
+
 def test_how_precisely_a_run_was_timed_does_not_matter(capsys, tmp_path, baseline) -> None:
     # timing=quick against the default timing, fewer modes, another flush size: comparable.
     quick = {"timing.warmup": 2, "timing.min_reps": 6, "timing.max_reps": 30,
@@ -355,7 +368,8 @@ def test_ci_sweeps_with_the_settings_of_the_committed_baseline() -> None:
         base = gate.Run(
             "baseline", meta_file.parent, pd.DataFrame(), json.loads(meta_file.read_text())
         )
-        assert gate.different_settings(base, ci_run) == [], meta_file
+        for mode in records.MODES:
+            assert gate.different_settings(base, ci_run, mode) == [], (meta_file, mode)
 
 
 def test_required_points_missing(capsys, tmp_path: Path, baseline: Path) -> None:
