@@ -8,9 +8,9 @@ mamba_ssm Triton side by side, into results/<gpu-slug>/<run-id>/ (see conf/confi
     python run_bench.py -m hydra/launcher=ssdbench_slurm hydra.launcher.partition=gpu
                         run_id=big shard.count=8 'shard.index=range(8)'  # 8 SLURM jobs, one sweep
 
-Before any GPU work (and before importing torch) it checks that a CUDA GPU exists (not with a
-hydra/launcher=..., whose jobs check on their own nodes), then composes and validates every job's
-config; both failures are one line on stderr and a non-zero exit.
+Before any GPU work it composes and validates every job's config, then checks that a CUDA GPU
+exists (not with a hydra/launcher=..., whose jobs check on their own nodes); both failures are one
+line on stderr and a non-zero exit (2 and 1), so a typo is named on a machine without a GPU too.
 """
 
 from __future__ import annotations
@@ -202,10 +202,6 @@ def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
 
 def main(args: list[str]) -> None:
     flags = {a.split("=")[0] for a in args if a.startswith("-")}
-    if not flags & INFO_FLAGS:
-        remote = any(a.startswith("hydra/launcher=") for a in args)
-        if not remote and cuda_device_count() == 0:
-            _fail(NO_GPU, 1)
     try:
         import hydra
 
@@ -215,11 +211,16 @@ def main(args: list[str]) -> None:
     if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
         _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     # Other flags (--config-name …) change what the jobs compose to; Hydra reports those itself.
+    # The config first, so that a typo is named (exit 2) on a machine without a GPU too.
     if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
         try:
             config.preflight(args)
         except config.ConfigError as exc:
             _fail(f"ssdbench: config error: {exc}", 2)
+    if not flags & INFO_FLAGS:
+        remote = any(a.startswith("hydra/launcher=") for a in args)
+        if not remote and cuda_device_count() == 0:
+            _fail(NO_GPU, 1)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()
     if NOT_PASSED_JOBS:
         from harness.local_gpus import NOT_PASSED

@@ -418,13 +418,32 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """The job config conf/config.yaml composes to with these overrides (no hydra node)."""
+def compose(overrides: Sequence[str] = (), with_hydra: bool = False) -> DictConfig:
+    """The job config conf/config.yaml composes to with these overrides (with its hydra node, in
+    which Hydra's own overrides land, when asked)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+        return hydra_compose(
+            config_name="config", overrides=list(overrides), return_hydra_config=with_hydra
+        )
+
+
+def check_hydra_overrides(args: Sequence[str]) -> None:
+    """ConfigError for a Hydra override (hydra/launcher=..., hydra.launcher.x=...) that does not
+    compose: a launcher's name or key mistyped, which Hydra would report only as a traceback-like
+    exit 1."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [a for a in args if a not in ("-m", "--multirun")]
+    parsed = OverridesParser.create().parse_overrides(lines)  # job_overrides parsed them first
+    own = [o.input_line for o in parsed if o.is_hydra_override() and not o.is_sweep_override()]
+    if own:
+        try:
+            compose(own, with_hydra=True)
+        except Exception as exc:
+            raise ConfigError(one_line(exc)) from None
 
 
 def job_overrides(args: Sequence[str]) -> list[list[str]]:
@@ -471,7 +490,9 @@ def preflight(args: Sequence[str]) -> None:
     Under the SLURM launcher every job needs a run_id: a job SLURM requeues resumes its run only
     by its id (without one it would start a new run)."""
     slurm = uses_slurm(args)
-    for overrides in job_overrides(args):
+    jobs = job_overrides(args)
+    check_hydra_overrides(args)
+    for overrides in jobs:
         try:
             cfg = compose(overrides)
         except Exception as exc:  # Hydra's composition errors name the key

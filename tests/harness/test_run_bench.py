@@ -58,13 +58,17 @@ def test_printing_the_config_needs_no_gpu() -> None:
         (["sweep.seqlen=-1"], "ssdbench: config error: sweep: seqlen must be >= 1, got -1"),
         (["sweep.seqlenn=1"], "ssdbench: config error: Could not override 'sweep.seqlenn'."),
         (["-m", "sweep.seqlen=1024,-1"], "ssdbench: config error: sweep: seqlen must be >= 1"),
+        (["hydra/launcher=slrum"], "ssdbench: config error: In 'hydra/config': Could not find"),
+        (["hydra.launcher.partition=gpu"], "ssdbench: config error: Could not override 'hydra."),
     ],
 )
+@pytest.mark.parametrize("gpus", [1, 0])
 def test_config_errors_are_one_line_before_any_gpu_work(
-    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys
+    args: list[str], message: str, gpus: int, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    """Also without a GPU: a typo is named (exit 2) before the missing GPU (exit 1)."""
     module = load_module()
-    monkeypatch.setattr(module, "cuda_device_count", lambda: 1)  # pretend, to reach the check
+    monkeypatch.setattr(module, "cuda_device_count", lambda: gpus)
     with pytest.raises(SystemExit) as exit_:
         module.main(args)
     assert exit_.value.code == 2
