@@ -467,7 +467,7 @@ def write_report(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.report", description=__doc__.split("\n")[0]
+        prog="python -m harness.report", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("run", type=Path, help="run directory or results Parquet file")
     parser.add_argument("--out", type=Path, help="output folder (default: the run directory)")

@@ -96,7 +96,7 @@ def load_trees(parser: argparse.ArgumentParser, specs: list[str]) -> list[tuple[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--shapes", required=True, help="seqlen:nheads:dstate[:chunk],... (bf16, P=64)"
     )

@@ -1,4 +1,4 @@
-"""GPU smoke test for a node set up from the offline bundle (README, "Offline GPU nodes").
+"""GPU smoke test for a node set up from the offline bundle (README, "GPU nodes without internet").
 
 Shows, with nothing but the bundle and the node's own torch/triton: a trivial cuTile kernel
 compiles (tileiras 13.5) and runs; mamba_ssm's Triton forward agrees with our float64 reference at
@@ -63,7 +63,7 @@ def check_ssd(name: str, forward, problem: Problem, reference) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args()
     require_gpu(parser)
     props = torch.cuda.get_device_properties(0)

@@ -49,7 +49,7 @@ def read_symbols(path: Path) -> list[tuple[str, str, str, int]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", help="seqlen:nheads:dstate[:chunk],...")
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--symbol", action="append", default=[], help="a profiled kernel's name")

@@ -11,7 +11,8 @@ compiles exactly those on any machine and reads their registers, spills and shar
 tests/kernels/test_signatures.py compares the CPU's names with the newest file it recorded, so a
 new kernel constant means recording again on a GPU. `--names-only` records the names without
 compiling or running the kernels (a name depends only on the arguments a launch is given): seconds
-instead of minutes, for when only the names are wanted.
+instead of minutes, for when only the names are wanted. Either way it needs a GPU: the arguments
+are CUDA tensors and reading a launch's signature needs the CUDA driver.
 
     python scripts/kernel_symbols.py --shapes 65536:128:128,2048:32:256 \
         --variant base={} --variant rank1='{"out_rank1": 1}' --out symbols.jsonl
@@ -69,17 +70,18 @@ def record_launches(problem, overrides: dict, run: bool = True) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate[:chunk],...")
     parser.add_argument("--variant", action="append", default=[], help="name=JSON overrides")
     parser.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
     parser.add_argument(
-        "--names-only", action="store_true", help="record the names; compile and run nothing"
+        "--names-only",
+        action="store_true",
+        help="record the names on the GPU without compiling or running the kernels",
     )
     args = parser.parse_args()
     problems, variants = parse_points(parser, args.shapes, args.variant)
-    if not args.names_only:
-        require_gpu(parser)
+    require_gpu(parser)
     with args.out.open("a") as out:
         for problem in problems:
             for name, overrides in variants:

@@ -30,7 +30,7 @@ def rename_imports(source: str, package: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("commit", help="any git revision")
     parser.add_argument("name", help="the copy becomes the package kernels_NAME")
     parser.add_argument(

@@ -30,7 +30,7 @@ from scripts.variants import parse_points, point_config, require_gpu  # noqa: E4
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", required=True, help="seqlen:nheads:dstate[:chunk],...")
     parser.add_argument("--calls", type=int, default=2, help="forward calls per shape")
     parser.add_argument("--variant", default="default={}", help="name=JSON overrides")

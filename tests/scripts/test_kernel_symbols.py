@@ -33,6 +33,23 @@ def test_bad_arguments_fail_before_any_gpu_work(
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_names_only_without_a_gpu_ends_in_one_line(tmp_path: Path) -> None:
+    """The names come from CUDA tensors and the driver, so `--names-only` needs a GPU too."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    args = ["--shapes", "1024:32:64", "--out", "x.jsonl", "--names-only"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        "kernel_symbols.py: no CUDA GPU found; this script runs on a GPU node"
+    ]
+    assert not (tmp_path / "x.jsonl").exists()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("overrides", [{}, {"state_weights": 0}])
 def test_names_only_records_what_a_run_launches(overrides: dict) -> None:
