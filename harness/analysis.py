@@ -51,6 +51,21 @@ def _one_side(rows: pd.DataFrame, provider: str, prefix: str) -> pd.DataFrame:
     return side.rename(columns={c: f"{prefix}_{c}" for c in _SIDE_COLUMNS})
 
 
+def pair_problem(df: pd.DataFrame, baseline: str, candidate: str) -> str:
+    """Why `speedups` of these two providers would say nothing about the run ("" if it would):
+    a name the run has no rows of (a typo, or a run folder passed where a provider is meant)."""
+    present = sorted(df["provider"].dropna().unique())
+    if baseline == candidate:
+        return f"baseline and candidate are both {baseline!r}; name two of {', '.join(present)}"
+    absent = [name for name in (baseline, candidate) if name not in present]
+    if absent:
+        return (
+            f"no rows of provider {', '.join(map(repr, absent))}; --baseline and --candidate "
+            f"name providers, and this run has {', '.join(present) or 'none'}"
+        )
+    return ""
+
+
 def speedups(
     df: pd.DataFrame, baseline: str = "triton", candidate: str = "cutile", mode: str = "graph"
 ) -> pd.DataFrame:

@@ -201,6 +201,9 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
     for run in runs:
         if not (run.table["mode"] == mode).any():
             raise GateInputError(f"{run.path}: no rows in {mode} mode")
+        problem = analysis.pair_problem(run.table, baseline, candidate)
+        if problem:
+            raise GateInputError(f"{run.path}: {problem}")
     sides = (candidate, baseline)
     rows = []
     for run in runs:
@@ -222,6 +225,7 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         f"# {len(runs)} runs, {mode} mode: speedup = {baseline} time / {candidate} time",
         "",
         markdown.table(header, rows),
+        *_series_notes(runs),
         "",
         "peak: the best point's rate, its problem's FLOPs (at the problem's chunk_size) over the "
         "median time, as a share of the bf16 matmul rate measured by the worker that timed it "
@@ -238,6 +242,38 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
         lines += _time_section(runs[-2], last, sides, mode)
         lines += _screening_section(runs[-2], last, sides, mode)
     return "\n".join(lines) + "\n"
+
+
+def _series_notes(runs: list[Run]) -> list[str]:
+    """Warnings about the series itself (empty if none): runs not listed oldest first, a run
+    listed twice, runs of another sweep than the last run's, whose comparisons with it cover
+    only the points they share."""
+    notes = []
+    starts = [pd.to_datetime(run.table["timestamp"], utc=True).min() for run in runs]
+    names = [f"`{run.meta.get('run_id', '')}`" for run in runs]
+    for i in range(1, len(runs)):
+        if starts[i] < starts[i - 1]:
+            notes.append(
+                f"{names[i]} was first measured before {names[i - 1]}, listed before it: the "
+                "runs are read oldest first, and the last one is compared with the others."
+            )
+    seen: dict[tuple, str] = {}
+    for run, name, start in zip(runs, names, starts):
+        identity = (run.meta.get("run_id"), run.meta.get("created"), start, len(run.table))
+        if identity in seen:
+            notes.append(f"{name} is listed twice.")
+        seen[identity] = name
+    planned = planned_points(runs[-1].meta)
+    if planned is not None:
+        for run, name in zip(runs[:-1], names):
+            own = planned_points(run.meta)
+            if own is not None and set(own) != set(planned):
+                shared = len(set(own) & set(planned))
+                notes.append(
+                    f"{name} is a run of another sweep ({len(own)} points, {shared} of them in "
+                    f"the last run's {len(planned)}); it is compared only where they share."
+                )
+    return ["", *(f"Note: {note}" for note in notes)] if notes else []
 
 
 def _settings_section(runs: list[Run], mode: str) -> list[str]:

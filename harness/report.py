@@ -471,13 +471,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("run", type=Path, help="run directory or results Parquet file")
     parser.add_argument("--out", type=Path, help="output folder (default: the run directory)")
-    parser.add_argument("--baseline", default="triton", help="provider in the denominator")
+    parser.add_argument(
+        "--baseline", default="triton", help="provider timed against (speedup = its time / the "
+        "candidate's)",
+    )  # fmt: skip
     parser.add_argument("--candidate", default="cutile", help="provider whose speedup is shown")
     args = parser.parse_args(argv)
     try:
         df, meta = records.load_run(args.run)
     except Exception as exc:  # a CLI: one clear line instead of a traceback
         print(f"report: cannot load {args.run}: {exc}", file=sys.stderr)
+        return 2
+    problem = analysis.pair_problem(df, args.baseline, args.candidate)
+    if problem:  # before anything is written over the run's report
+        print(f"report: {args.run}: {problem}", file=sys.stderr)
         return 2
     out = args.out or (args.run if args.run.is_dir() else args.run.parent)
     written = write_report(df, meta, out, args.baseline, args.candidate)

@@ -313,3 +313,35 @@ def test_runs_measured_with_other_settings_are_named(capsys, tmp_path) -> None:
     assert "- `c`: chunk_policy='fastest'" in out
     assert history.main([str(runs[3]), str(runs[3])]) == 0
     assert "## Settings" not in capsys.readouterr().out
+
+
+def test_the_series_itself_is_checked(capsys, tmp_path: Path) -> None:
+    """Runs out of time order, one run twice, a run of another sweep: each named in a note."""
+    axes = {"sweep.nheads": [32, 64], "sweep.dstate": [64, 128]}
+    old = build_run(tmp_path, run_id="old", settings={"sweep.seqlen": [1024, 4096, 16384]} | axes)
+    new = build_run(tmp_path, run_id="new", settings={"sweep.seqlen": [1024, 4096, 16384]} | axes)
+    table = pd.read_parquet(new / "results.parquet")
+    table["timestamp"] = "2026-11-30T12:00:00+00:00"  # a day after `old`
+    table.to_parquet(new / "results.parquet")
+    smoke = build_run(tmp_path, run_id="smoke", settings={"sweep.seqlen": [1024]} | axes)
+    assert history.main([str(old), str(new)]) == 0
+    assert "Note:" not in capsys.readouterr().out
+    assert history.main([str(new), str(old), str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "Note: `old` was first measured before `new`, listed before it" in out
+    assert "Note: `old` is listed twice." in out
+    assert history.main([str(smoke), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "Note: `smoke` is a run of another sweep (4 points, 4 of them in the last run's 12)" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--baseline", "results/nvidia-h200/x"], ["no rows of provider 'results/nvidia-h200/x'"]),
+        (["--candidate", "triton"], ["baseline and candidate are both 'triton'"]),
+    ],
+)
+def test_providers_that_are_not_in_the_run_are_refused(capsys, tmp_path, flags, words) -> None:
+    run = build_run(tmp_path, run_id="a")
+    _unusable(capsys, [*flags, str(run)], *words, "cutile, triton")

@@ -116,6 +116,16 @@ def test_report_on_a_missing_run_says_so(tmp_path: Path, capsys: pytest.CaptureF
     assert err.startswith("report: cannot load") and "Traceback" not in err
 
 
+def test_report_refuses_a_provider_the_run_does_not_have(tmp_path: Path, capsys) -> None:
+    """A run folder passed as --baseline (the gate's flag names) must not overwrite report.md
+    with a report of nothing timed."""
+    run = build_run(tmp_path, run_id="a")
+    assert report.main([str(run), "--baseline", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"no rows of provider '{run}'" in err and "this run has cutile, triton" in err
+    assert not (run / "report.md").exists()
+
+
 def test_latest_run_skips_baselines(tmp_path: Path) -> None:
     older = build_run(tmp_path, run_id="older")
     newer = build_run(tmp_path, run_id="newer")
