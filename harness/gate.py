@@ -475,7 +475,7 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
         return "\n".join(lines) + "\n"
     attention = points[
         points["fails"]
-        | ~points["verdict"].isin(("same", "faster", "untimed"))
+        | ~points["verdict"].isin(("same", "faster", "untimed", "new"))
         | (points["floor"] != "")
     ]
     if not attention.empty:
@@ -510,7 +510,7 @@ def _points_table(points: pd.DataFrame) -> str:
                 ),
                 _clock_change(r, "→") or "—",
                 verdict_text,
-                f"{r['baseline_statuses']} → {r['candidate_statuses']}"
+                f"{r['baseline_statuses'] or '—'} → {r['candidate_statuses'] or '—'}"
                 + (
                     f": {markdown.first_line(r['candidate_error'], 80)}"
                     if r["candidate_error"]
@@ -567,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.tolerance < 1:
         parser.error(f"--tolerance must be in [0, 1), got {args.tolerance}")
+    for flag, path in (("--report-md", args.report_md), ("--report-json", args.report_json)):
+        if path is not None and (path.is_dir() or _file_among_parents(path)):
+            parser.error(f"{flag} {path}: not a file path (a folder, or under a file)")
     settings = {
         "mode": args.mode,
         "tolerance": args.tolerance,
@@ -617,6 +620,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{markdown.change(row.triton_time_change)}{clock})"
         )
     return outcome.exit_code
+
+
+def _file_among_parents(path: Path) -> bool:
+    """Whether a folder `path` would need to be made in is a file (mkdir would fail)."""
+    return any(parent.exists() and not parent.is_dir() for parent in path.parents)
 
 
 def _write(path: Path | None, text: str) -> None:

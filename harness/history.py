@@ -258,14 +258,14 @@ def _series_notes(runs: list[Run]) -> list[str]:
                 "runs are read oldest first, and the last one is compared with the others."
             )
     seen: dict[tuple, str] = {}
-    for run, name, start in zip(runs, names, starts):
+    for run, name, start in zip(runs, names, starts, strict=True):
         identity = (run.meta.get("run_id"), run.meta.get("created"), start, len(run.table))
         if identity in seen:
             notes.append(f"{name} is listed twice.")
         seen[identity] = name
     planned = planned_points(runs[-1].meta)
     if planned is not None:
-        for run, name in zip(runs[:-1], names):
+        for run, name in zip(runs[:-1], names[:-1], strict=True):
             own = planned_points(run.meta)
             if own is not None and set(own) != set(planned):
                 shared = len(set(own) & set(planned))

@@ -253,10 +253,14 @@ def test_floor(capsys, tmp_path: Path, baseline: Path) -> None:
 
 def test_points_only_in_one_run_are_listed_not_failed(capsys, tmp_path: Path, baseline) -> None:
     subset = build_run(tmp_path / "cand", seqlens=(1024, 4096, 65536))
-    js = tmp_path / "gate.json"
-    code, _, _ = run(capsys, baseline, subset, "--report-json", str(js))
+    js, md = tmp_path / "gate.json", tmp_path / "gate.md"
+    code, _, _ = run(capsys, baseline, subset, "--report-json", str(js), "--report-md", str(md))
     assert code == 0
     assert json.loads(js.read_text())["counts"] == {"same": 8, "missing": 4, "new": 4}
+    # The points to look at are the baseline's lost ones; a new point is only in the full list.
+    look = md.read_text().split("### Points to look at")[1].split("<details>")[0]
+    assert look.count("| missing |") == 4 and "| new |" not in look
+    assert "| new | — → ok/ok |" in md.read_text()
 
 
 # --- unusable inputs: exit 2 and one clear line ----------------------------------------------
@@ -434,3 +438,15 @@ def test_a_run_of_schema_version_1_is_still_a_baseline(capsys, tmp_path: Path) -
     candidate = build_run(tmp_path / "new", run_id="new", ci_rel=0.01)
     code, out, err = run(capsys, old, candidate)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("flag", ["--report-md", "--report-json"])
+def test_a_report_path_that_cannot_be_a_file_is_a_usage_error(
+    capsys, tmp_path: Path, baseline: Path, flag: str
+) -> None:
+    """Exit 1 means a regression to CI: a report path that cannot be written must not read so."""
+    for path in (tmp_path, baseline / "meta.json" / "gate.md"):
+        with pytest.raises(SystemExit) as exit_:
+            gate.main(["--baseline", str(baseline), "--candidate", str(baseline), flag, str(path)])
+        assert exit_.value.code == 2
+        assert f"{flag} {path}: not a file path" in capsys.readouterr().err

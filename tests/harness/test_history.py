@@ -332,7 +332,9 @@ def test_the_series_itself_is_checked(capsys, tmp_path: Path) -> None:
     assert "Note: `old` is listed twice." in out
     assert history.main([str(smoke), str(new)]) == 0
     out = capsys.readouterr().out
-    assert "Note: `smoke` is a run of another sweep (4 points, 4 of them in the last run's 12)" in out
+    assert "Note: `smoke` is a run of another sweep (4 points, 4 of them in the last run's 12)" in (
+        out
+    )
 
 
 @pytest.mark.parametrize(
