@@ -73,7 +73,9 @@ def _task(cfg: DictConfig) -> None:
     try:
         bench = config.to_bench(cfg)
         config.check_device(bench, count)
-        run_dirs, failure = _spread(bench, count) if bench.gpus > 1 else ([_sweep(bench)], "")
+        run_dirs, failure, code = (
+            _spread(bench, count) if bench.gpus > 1 else ([_sweep(bench)], "", 0)
+        )
     except config.ConfigError as exc:
         _fail(f"ssdbench: config error: {exc}", 2)
     except KeyboardInterrupt:
@@ -84,7 +86,7 @@ def _task(cfg: DictConfig) -> None:
         file=sys.stderr,
     )
     if failure:
-        _fail(failure, 3)
+        _fail(failure, code)
     points, names = owned(bench)
     not_passed = failed_line(run_dirs, points, names)
     if not_passed:
@@ -167,10 +169,11 @@ def config_source_args(hydra_cfg) -> list[str]:
     return args
 
 
-def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
+def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str, int]:
     """The sweep as one shard per GPU of this node, in parallel (harness/local_gpus.py): the run
-    directories written and a failure line ("" when no shard failed; one that died only after
-    recording all its points is a warning)."""
+    directories written, a line on why the run is not complete ("" when it is; a shard that died
+    only after recording all its points is a warning) and the exit status it calls for: 3 when
+    a shard failed, else 4 when shards stopped at time_limit_s with points left."""
     from hydra.core.hydra_config import HydraConfig
 
     from harness import local_gpus
@@ -191,13 +194,18 @@ def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str]:
             "recording all their points (above); the run is complete",
             file=sys.stderr,
         )
-    failure = ""
     if outcome.failed:
-        failure = (
+        return outcome.run_dirs, (
             f"ssdbench: {len(outcome.failed)} of {bench.gpus} shards failed (logs in {log_dir}); "
             f"rerun the command with run_id={outcome.run_id} to measure what they left"
-        )
-    return outcome.run_dirs, failure
+        ), 3  # fmt: skip
+    if outcome.out_of_time:
+        return outcome.run_dirs, (
+            f"ssdbench: stopped: {len(outcome.out_of_time)} of {bench.gpus} shards reached "
+            f"time_limit_s with points left; rerun the command with run_id={outcome.run_id} to "
+            "measure them"
+        ), local_gpus.OUT_OF_TIME  # fmt: skip
+    return outcome.run_dirs, "", 0
 
 
 def main(args: list[str]) -> None:

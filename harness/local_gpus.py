@@ -43,19 +43,23 @@ POLL_S = 2.0  # how often the finished shards are looked for
 # run_bench.py's exit status for a sweep that measured every point it owned, some (point,
 # provider) pair not passing: the shard did its work, and the launcher counts those pairs itself.
 NOT_PASSED = 5
+#: A shard's exit status when time_limit_s stopped it with points left (run_bench.py's too).
+OUT_OF_TIME = 4
 STOP_GRACE_S = 60.0  # a stopped shard's time to record its state and consolidate before SIGKILL
 
 
 @dataclass
 class Outcome:
     """What the shards left: the run directories they wrote (one, unless the GPUs are of different
-    models: runs are kept per GPU model), a line for each shard that failed, and one for each
-    shard that died only after recording all its points."""
+    models: runs are kept per GPU model), a line for each shard that failed, one for each shard
+    that died only after recording all its points, and one for each that stopped at
+    time_limit_s with points left (a rerun with the run_id measures them)."""
 
     run_id: str
     run_dirs: list[Path] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     died_after_done: list[str] = field(default_factory=list)
+    out_of_time: list[str] = field(default_factory=list)
 
 
 def visible_devices(count: int, environ: Mapping[str, str]) -> list[str]:
@@ -256,6 +260,10 @@ def _report(shard: Shard, outcome: Outcome, results_dir: Path, run_id: str, sinc
         return
     where = f"shard {shard.index} (GPU {shard.device})"
     last = _last_message(shard.log)
+    if shard.process.returncode == OUT_OF_TIME:
+        outcome.out_of_time.append(f"{where}: {last}")
+        print(f"ssdbench: {where} stopped at time_limit_s: {last}", file=sys.stderr)
+        return
     if _recorded_done(results_dir, run_id, shard.index, since):
         outcome.died_after_done.append(
             f"{where} died ({failure}) after recording all its points: {last}"

@@ -149,6 +149,9 @@ if args["shard.index"] == "1":
 if args["shard.index"] == "0" and os.environ.get("FAKE_NOT_PASSED"):
     print("ssdbench: 1 wrong (point, provider) pair(s) did not pass", file=sys.stderr)
     sys.exit(5)
+if args["shard.index"] == "2" and os.environ.get("FAKE_OUT_OF_TIME"):
+    print("ssdbench: stopped: time_limit_s=60 reached with 3 of 5 points left", file=sys.stderr)
+    sys.exit(4)
 if args["shard.index"] == "2" and os.environ.get("FAKE_CRASH_AT_EXIT"):
     import datetime, signal
     os.makedirs(os.path.join(run, "workers"), exist_ok=True)
@@ -196,6 +199,41 @@ def test_a_shard_whose_pairs_did_not_all_pass_finished_its_work(
     outcome = _launch_fakes(tmp_path, monkeypatch, "0,1,2", FAKE_NOT_PASSED="1")
     assert [line[:8] for line in outcome.failed] == ["shard 1 "]
     assert "ssdbench: shard 0 finished" in capsys.readouterr().err
+
+
+def test_a_shard_stopped_by_its_time_limit_did_not_fail(tmp_path: Path, monkeypatch) -> None:
+    """Exit 4 (time_limit_s reached, what was measured recorded) is no failure: the run is
+    resumed by its run_id, and run_bench.py exits 4 for it, not 3."""
+    outcome = _launch_fakes(tmp_path, monkeypatch, "0,1,2", FAKE_OUT_OF_TIME="1")
+    assert [line[:8] for line in outcome.failed] == ["shard 1 "]
+    assert outcome.out_of_time == [
+        "shard 2 (GPU 2): ssdbench: stopped: time_limit_s=60 reached with 3 of 5 points left"
+    ]
+
+
+@pytest.mark.parametrize(("failed", "code"), [([], 4), (["shard 0 (GPU 0) failed"], 3)])
+def test_gpus_2_exits_4_when_shards_ran_out_of_time(
+    tmp_path, monkeypatch, capsys, failed: list[str], code: int
+) -> None:
+    """A failed shard outranks one out of time (3: something broke); alone, out of time is 4."""
+    module = _run_bench()
+    monkeypatch.setattr(module, "cuda_device_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    run = build_run(tmp_path, run_id="smoke-2gpu")
+    stopped = ["shard 1 (GPU 1): ssdbench: stopped: time_limit_s=60 reached"]
+    outcome = local_gpus.Outcome("smoke-2gpu", [run], failed=failed, out_of_time=stopped)
+    monkeypatch.setattr(local_gpus, "launch", lambda *args: outcome)
+    args = ["sweep=smoke", "timing=quick", "run_id=smoke-2gpu", "gpus=2"]
+    monkeypatch.setattr(sys, "argv", ["run_bench.py", *args])
+    with pytest.raises(SystemExit) as exit_:
+        module.main(args)
+    assert exit_.value.code == code
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    if code == 4:
+        assert last == (
+            "ssdbench: stopped: 1 of 2 shards reached time_limit_s with points left; rerun the "
+            "command with run_id=smoke-2gpu to measure them"
+        )
 
 
 def test_a_shard_that_crashes_after_its_last_word_is_told_apart(
