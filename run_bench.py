@@ -200,11 +200,15 @@ def _spread(bench: BenchConfig, device_count: int) -> tuple[list[Path], str, int
             f"rerun the command with run_id={outcome.run_id} to measure what they left"
         ), 3  # fmt: skip
     if outcome.out_of_time:
-        return outcome.run_dirs, (
-            f"ssdbench: stopped: {len(outcome.out_of_time)} of {bench.gpus} shards reached "
-            f"time_limit_s with points left; rerun the command with run_id={outcome.run_id} to "
-            "measure them"
-        ), local_gpus.OUT_OF_TIME  # fmt: skip
+        stopped = f"ssdbench: stopped: {len(outcome.out_of_time)} of {bench.gpus} shards reached "
+        if all("before the first point" in line for line in outcome.out_of_time):
+            line = f"{stopped}time_limit_s while setting up (above); raise time_limit_s"
+        else:
+            line = (
+                f"{stopped}time_limit_s with points left; rerun the command with "
+                f"run_id={outcome.run_id} to measure them"
+            )
+        return outcome.run_dirs, line, local_gpus.OUT_OF_TIME
     return outcome.run_dirs, "", 0
 
 

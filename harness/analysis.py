@@ -51,18 +51,27 @@ def _one_side(rows: pd.DataFrame, provider: str, prefix: str) -> pd.DataFrame:
     return side.rename(columns={c: f"{prefix}_{c}" for c in _SIDE_COLUMNS})
 
 
-def pair_problem(df: pd.DataFrame, baseline: str, candidate: str) -> str:
-    """Why `speedups` of these two providers would say nothing about the run ("" if it would):
-    a name the run has no rows of (a typo, or a run folder passed where a provider is meant)."""
+def pair_problem(df: pd.DataFrame, baseline: str, candidate: str, need_rows: bool = False) -> str:
+    """Why a report of `candidate` against `baseline` would say nothing about the run ("" if it
+    would): both the same, or a name that is no provider (a typo, or a run folder passed where a
+    provider is meant). A known provider the run did not measure (providers=cutile) leaves a
+    one-sided report, unless `need_rows` (speedups are all the caller shows)."""
+    from harness import providers  # the registry imports no kernel library
+
     present = sorted(df["provider"].dropna().unique())
+    has = f"this run has {', '.join(present) or 'none'}"
     if baseline == candidate:
-        return f"baseline and candidate are both {baseline!r}; name two of {', '.join(present)}"
-    absent = [name for name in (baseline, candidate) if name not in present]
-    if absent:
+        return f"baseline and candidate are both {baseline!r}; {has}"
+    known = set(providers.names()) | set(present)
+    unknown = [name for name in (baseline, candidate) if name not in known]
+    if unknown:
         return (
-            f"no rows of provider {', '.join(map(repr, absent))}; --baseline and --candidate "
-            f"name providers, and this run has {', '.join(present) or 'none'}"
+            f"not a provider: {', '.join(map(repr, unknown))} (--baseline and --candidate name "
+            f"providers: {', '.join(sorted(known))}); {has}"
         )
+    absent = [name for name in (baseline, candidate) if name not in present]
+    if need_rows and absent:
+        return f"no rows of provider {', '.join(map(repr, absent))}; {has}"
     return ""
 
 

@@ -37,9 +37,10 @@ Exit status: 0 pass; 1 regression (slower, broken, below floor, and with --fail-
 downward ambiguous point); 2 unusable input (missing or unreadable file, foreign Parquet, a
 schema version the harness cannot read, a run without rows in the mode or without GPU names,
 different GPUs (between the runs, or within one run whose rows name several GPU models),
-different measurement settings (SETTINGS_KEYS), required points missing, no comparable points),
-with a one-line message on stderr. --allow-different-gpus lets both kinds of GPU difference
-through; --allow-different-settings the settings.
+different measurement settings (settings_keys(mode)), required points missing, no comparable
+points), with a one-line message on stderr, and for a bad flag (a report path that is a folder)
+argparse's usage and error. --allow-different-gpus lets both kinds of GPU difference through;
+--allow-different-settings the settings.
 """
 
 from __future__ import annotations
@@ -473,9 +474,10 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
     points = outcome.points
     if points.empty:
         return "\n".join(lines) + "\n"
+    clean_new = (points["verdict"] == "new") & (points["candidate_statuses"] == "ok/ok")
     attention = points[
         points["fails"]
-        | ~points["verdict"].isin(("same", "faster", "untimed", "new"))
+        | ~(points["verdict"].isin(("same", "faster", "untimed")) | clean_new)
         | (points["floor"] != "")
     ]
     if not attention.empty:

@@ -201,7 +201,7 @@ def render(runs: list[Run], mode: str, baseline: str, candidate: str) -> str:
     for run in runs:
         if not (run.table["mode"] == mode).any():
             raise GateInputError(f"{run.path}: no rows in {mode} mode")
-        problem = analysis.pair_problem(run.table, baseline, candidate)
+        problem = analysis.pair_problem(run.table, baseline, candidate, need_rows=True)
         if problem:
             raise GateInputError(f"{run.path}: {problem}")
     sides = (candidate, baseline)
@@ -249,7 +249,10 @@ def _series_notes(runs: list[Run]) -> list[str]:
     listed twice, runs of another sweep than the last run's, whose comparisons with it cover
     only the points they share."""
     notes = []
-    starts = [pd.to_datetime(run.table["timestamp"], utc=True).min() for run in runs]
+    starts = [
+        pd.to_datetime(run.table["timestamp"], utc=True, format="ISO8601", errors="coerce").min()
+        for run in runs
+    ]
     names = [f"`{run.meta.get('run_id', '')}`" for run in runs]
     for i in range(1, len(runs)):
         if starts[i] < starts[i - 1]:

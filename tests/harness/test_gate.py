@@ -257,10 +257,18 @@ def test_points_only_in_one_run_are_listed_not_failed(capsys, tmp_path: Path, ba
     code, _, _ = run(capsys, baseline, subset, "--report-json", str(js), "--report-md", str(md))
     assert code == 0
     assert json.loads(js.read_text())["counts"] == {"same": 8, "missing": 4, "new": 4}
-    # The points to look at are the baseline's lost ones; a new point is only in the full list.
+    # The points to look at are the baseline's lost ones; a new point timed cleanly is only in
+    # the full list, one whose answer failed is to look at.
     look = md.read_text().split("### Points to look at")[1].split("<details>")[0]
     assert look.count("| missing |") == 4 and "| new |" not in look
     assert "| new | — → ok/ok |" in md.read_text()
+    table = pd.read_parquet(subset / "results.parquet")
+    new = (table["seqlen"] == 65536) & (table["nheads"] == 32) & (table["dstate"] == 64)
+    table.loc[new & (table["provider"] == "cutile"), ["status", "error"]] = ["error", "CUDA error"]
+    table.to_parquet(subset / "results.parquet")
+    assert run(capsys, baseline, subset, "--report-md", str(md))[0] == 0
+    look = md.read_text().split("### Points to look at")[1].split("<details>")[0]
+    assert "| new | — → ok/error: CUDA error |" in look and look.count("| new |") == 1
 
 
 # --- unusable inputs: exit 2 and one clear line ----------------------------------------------

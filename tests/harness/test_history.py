@@ -340,8 +340,9 @@ def test_the_series_itself_is_checked(capsys, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (["--baseline", "results/nvidia-h200/x"], ["no rows of provider 'results/nvidia-h200/x'"]),
+        (["--baseline", "results/nvidia-h200/x"], ["not a provider: 'results/nvidia-h200/x'"]),
         (["--candidate", "triton"], ["baseline and candidate are both 'triton'"]),
+        (["--baseline", "reference"], ["no rows of provider 'reference'"]),
     ],
 )
 def test_providers_that_are_not_in_the_run_are_refused(capsys, tmp_path, flags, words) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness import records, report
@@ -122,8 +123,17 @@ def test_report_refuses_a_provider_the_run_does_not_have(tmp_path: Path, capsys)
     run = build_run(tmp_path, run_id="a")
     assert report.main([str(run), "--baseline", str(run)]) == 2
     err = capsys.readouterr().err
-    assert f"no rows of provider '{run}'" in err and "this run has cutile, triton" in err
+    assert f"not a provider: '{run}'" in err and "this run has cutile, triton" in err
     assert not (run / "report.md").exists()
+
+
+def test_report_of_a_run_of_one_provider(tmp_path: Path) -> None:
+    """providers=triton measures one side: its report has times, no speedups, and no refusal."""
+    run = build_run(tmp_path, run_id="triton-only")
+    table = pd.read_parquet(run / "results.parquet")
+    table[table["provider"] == "triton"].to_parquet(run / "results.parquet")
+    assert report.main([str(run)]) == 0
+    assert (run / "report.md").exists()
 
 
 def test_latest_run_skips_baselines(tmp_path: Path) -> None:

@@ -211,16 +211,21 @@ def test_a_shard_stopped_by_its_time_limit_did_not_fail(tmp_path: Path, monkeypa
     ]
 
 
-@pytest.mark.parametrize(("failed", "code"), [([], 4), (["shard 0 (GPU 0) failed"], 3)])
+@pytest.mark.parametrize(
+    ("failed", "reached", "code"),
+    [([], "with 3 of 5 points left", 4), ([], "before the first point", 4),
+     (["shard 0 (GPU 0) failed"], "with 3 of 5 points left", 3)],
+)  # fmt: skip
 def test_gpus_2_exits_4_when_shards_ran_out_of_time(
-    tmp_path, monkeypatch, capsys, failed: list[str], code: int
+    tmp_path, monkeypatch, capsys, failed: list[str], reached: str, code: int
 ) -> None:
-    """A failed shard outranks one out of time (3: something broke); alone, out of time is 4."""
+    """A failed shard outranks one out of time (3: something broke); alone, out of time is 4,
+    and a rerun is advised only where it would measure something."""
     module = _run_bench()
     monkeypatch.setattr(module, "cuda_device_count", lambda: 2)
     monkeypatch.chdir(tmp_path)
     run = build_run(tmp_path, run_id="smoke-2gpu")
-    stopped = ["shard 1 (GPU 1): ssdbench: stopped: time_limit_s=60 reached"]
+    stopped = [f"shard 1 (GPU 1): ssdbench: stopped: time_limit_s=60 reached {reached}"]
     outcome = local_gpus.Outcome("smoke-2gpu", [run], failed=failed, out_of_time=stopped)
     monkeypatch.setattr(local_gpus, "launch", lambda *args: outcome)
     args = ["sweep=smoke", "timing=quick", "run_id=smoke-2gpu", "gpus=2"]
@@ -229,10 +234,15 @@ def test_gpus_2_exits_4_when_shards_ran_out_of_time(
         module.main(args)
     assert exit_.value.code == code
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    if code == 4:
+    if code == 4 and reached.startswith("with"):
         assert last == (
             "ssdbench: stopped: 1 of 2 shards reached time_limit_s with points left; rerun the "
             "command with run_id=smoke-2gpu to measure them"
+        )
+    elif code == 4:
+        assert last == (
+            "ssdbench: stopped: 1 of 2 shards reached time_limit_s while setting up (above); "
+            "raise time_limit_s"
         )
 
 
