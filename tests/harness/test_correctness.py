@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,6 +44,16 @@ def test_the_poison_is_nan_in_every_output_dtype(dtype: torch.dtype, offset: int
     size = dtype.itemsize
     values = block[: (block.numel() // size) * size].view(dtype)
     assert values.numel() > 0 and values.isnan().all()
+
+
+def test_tolerances_are_the_documented_ones() -> None:
+    """Every GPU check imports this table: a loosened limit must fail here, and docs/correctness.md
+    must state the limits in force."""
+    assert correctness.TOLERANCE == {"bfloat16": 1e-2, "float16": 1e-3, "float32": 5e-3}
+    doc = (Path(__file__).parents[2] / "docs" / "correctness.md").read_text()
+    for dtype, limit in correctness.TOLERANCE.items():
+        (row,) = [line for line in doc.splitlines() if line.startswith(f"| {dtype} ")]
+        assert float(row.split("|")[2]) == limit, row
 
 
 def test_tolerances_order_by_precision() -> None:

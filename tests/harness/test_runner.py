@@ -82,6 +82,8 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
         fake("picky", _answer(), supports=lambda p: "seqlen > 32" if p.seqlen > 32 else None),
         fake("plain", _answer(), prefixes=()),
         fake("badfinal", _answer(final_scale=2.0)),
+        fake("near", _answer(scale=1.004)),  # bf16 out 0.4 % off: inside the 1e-2 limit
+        fake("close", _answer(scale=1.02)),  # 2 % off: twice the limit
     ):
         providers.register(provider)
     CALLS.clear()
@@ -132,6 +134,16 @@ def sweep(cfg: config.BenchConfig, timer: WallTimer | None = None) -> Path:
 def by(df, provider: str, point_seqlen: int | None = None):
     rows = df[df["provider"] == provider]
     return rows if point_seqlen is None else rows[rows["seqlen"] == point_seqlen]
+
+
+def test_the_limit_is_the_dtypes_tolerance(tmp_path: Path) -> None:
+    """An answer a little inside the bf16 limit passes, one at twice it is wrong: the check is
+    the tolerance table's, not merely a catch of gross errors."""
+    df, _ = records.load_run(sweep(make_cfg(tmp_path, ["near", "close"])))
+    assert set(by(df, "near")["status"]) == {"ok"}
+    close = by(df, "close")
+    assert set(close["status"]) == {"wrong"}
+    assert close["error"].str.contains("above the bfloat16 tolerance 0.01").all()
 
 
 def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:
