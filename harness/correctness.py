@@ -53,9 +53,14 @@ def poison_cuda_allocator(device: torch.device | str, nbytes: int) -> None:
     Providers allocate their own outputs with torch.empty; the caching allocator hands back these
     freed NaN-filled blocks, so an element a kernel forgets to write stays NaN and fails the check,
     whatever the output's dtype (a float32 NaN's bytes would read as 0.0 at every other bf16
-    element). Both pools are poisoned: the large one (one block of `nbytes`) and the small one
-    (< 1 MiB requests, 2 MiB segments), which holds the outputs of tiny problems.
+    element). The cache is emptied first, so that no earlier free block (another provider's
+    answer) is left to serve an allocation: everything up to `nbytes` the provider allocates,
+    intermediates before its outputs included, is cut from the one poisoned block (at most half
+    the device's free memory). Both pools are poisoned: the large one and the small one (< 1 MiB
+    requests, 2 MiB segments), which holds the outputs of tiny problems.
     """
+    torch.cuda.empty_cache()
+    free = torch.cuda.mem_get_info(device)[0]
     small = [poison_block(1 << 19, device) for _ in range(32)]  # 512 KiB each
-    large = poison_block(max(nbytes, 4 << 20), device)
+    large = poison_block(min(max(nbytes, 4 << 20), free // 2), device)
     del small, large

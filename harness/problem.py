@@ -162,11 +162,25 @@ def flops(problem: Problem) -> float:
 def output_bytes(problem: Problem) -> int:
     """Bytes of what the forward returns: out (batch, seqlen, nheads, headdim) in the problem dtype,
     plus the float32 final states (batch, nheads, headdim, dstate) with return_final_states.
-    min_bytes counts them as written once; the runner poisons this much memory before a check."""
+    min_bytes counts them as written once."""
     p = problem
     out = p.batch * p.seqlen * p.nheads * p.headdim * p.element_bytes
     final = p.batch * p.nheads * p.headdim * p.dstate * 4 if p.return_final_states else 0
     return out + final
+
+
+def working_set_bytes(problem: Problem) -> int:
+    """A bound on the device memory one forward allocates: its outputs twice over, float32 chunk
+    states twice (Triton's chunk states and their passed form) at half the chunk length
+    (chunk_policy=fastest runs it), four float32 values per token and head (dt, decays, weights)
+    and a float32 C·Bᵀ per chunk. The runner poisons this much before a check, so that the
+    outputs land in poisoned memory whatever a provider allocates before them."""
+    p = problem
+    chunk = max(1, p.chunk_size // 2)
+    states = p.batch * -(-p.seqlen // chunk) * p.nheads * p.headdim * p.dstate * 4
+    per_token = p.batch * p.seqlen * p.nheads * 4 * 4
+    cb = p.batch * p.seqlen * p.ngroups * p.chunk_size * 4
+    return 2 * output_bytes(p) + 2 * states + per_token + cb
 
 
 def min_bytes(problem: Problem) -> float:

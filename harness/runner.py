@@ -53,8 +53,8 @@ from harness.problem import (
     Problem,
     flops,
     min_bytes,
-    output_bytes,
     reference_gib,
+    working_set_bytes,
 )
 from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
@@ -479,7 +479,7 @@ class Sweep:
                     if tuning:  # tune again; the first tuning's picks are in its snapshot
                         p.self_tuning.forget()
                     if self.on_cuda:
-                        correctness.poison_cuda_allocator(self.device, output_bytes(problem))
+                        correctness.poison_cuda_allocator(self.device, working_set_bytes(problem))
                     result = fn(**kwargs)
                     self._sync()
                     if p.tuning_report is not None:

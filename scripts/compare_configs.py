@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import correctness, environment  # noqa: E402
 from harness.config import TimingConfig  # noqa: E402
 from harness.inputs import make_inputs  # noqa: E402
-from harness.problem import Problem, output_bytes  # noqa: E402
+from harness.problem import Problem, working_set_bytes  # noqa: E402
 from harness.timing import Call, CudaTimer, TimingPolicy, measure  # noqa: E402
 from kernels import reference, triton_ssd  # noqa: E402
 from kernels.cutile import KERNEL_PREFIXES  # noqa: E402
@@ -63,7 +63,7 @@ from scripts.variants import (  # noqa: E402
 def check(problem: Problem, forward: Callable, ref) -> tuple[float, float]:
     """(relative error of out, of final states: NaN where the problem asks for none) against
     `ref`, the float64 reference's result (out alone, or (out, final states))."""
-    correctness.poison_cuda_allocator("cuda", output_bytes(problem))
+    correctness.poison_cuda_allocator("cuda", working_set_bytes(problem))
     if not problem.return_final_states:
         return correctness.relative_error(forward(), ref), float("nan")
     out, final = forward()

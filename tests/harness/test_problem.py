@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from harness.problem import Problem, ProblemError, flops, min_bytes, output_bytes
+from harness.problem import (
+    Problem,
+    ProblemError,
+    flops,
+    min_bytes,
+    output_bytes,
+    working_set_bytes,
+)
 
 TINY = dict(batch=1, seqlen=48, nheads=2, headdim=4, dstate=8, ngroups=1, chunk_size=32)
 
@@ -93,6 +100,54 @@ def test_output_bytes_hand_computed() -> None:
     assert output_bytes(Problem(**TINY)) == 768
     assert output_bytes(Problem(**TINY, return_final_states=True)) == 768 + 2 * 4 * 8 * 4
     assert output_bytes(Problem(**TINY, dtype="float32")) == 2 * 768
+
+
+def test_working_set_bytes_hand_computed() -> None:
+    # outputs 2·768; states at chunk 16: 3 chunks·2·4·8·4 twice; per token 48·2·16; C·Bᵀ 48·32·4.
+    assert working_set_bytes(Problem(**TINY)) == 2 * 768 + 2 * 768 + 1536 + 6144
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "nheads", "dstate", "chunk"),
+    [(65536, 128, 256, 256), (65536, 128, 256, 128), (16384, 32, 256, 128), (1024, 32, 64, 256),
+     (4096, 64, 128, 128), (2048, 128, 64, 128)],
+)  # fmt: skip
+def test_working_set_bytes_holds_what_the_cutile_forward_allocates(
+    seqlen: int, nheads: int, dstate: int, chunk: int
+) -> None:
+    """Every tensor cuTile's forward allocates, summed (on meta tensors, as its launches are
+    recorded without a GPU), fits the poisoned block, so its output is cut from it."""
+    pytest.importorskip("cuda.tile", reason="cuda-tile is not installed")
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from harness.inputs import meta_inputs
+    from kernels.cutile import launch
+    from kernels.cutile.config import inputs_default_config
+    from kernels.cutile.ssd import launch_forward_of
+
+    aten = torch.ops.aten
+    factories = {
+        aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+        aten.zeros.default, aten.zeros_like.default, aten.full.default, aten.full_like.default,
+        aten.new_empty.default, aten.new_zeros.default,
+    }  # fmt: skip
+
+    class Allocations(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in factories or func._overloadpacket in {aten.clone, aten._to_copy}:
+                self.total += out.untyped_storage().nbytes()
+            return out
+
+    problem = Problem(seqlen=seqlen, nheads=nheads, dstate=dstate, chunk_size=256)
+    kwargs = {**meta_inputs(problem).kwargs(), "chunk_size": chunk}
+    allocations = Allocations()
+    with launch.recorded(132), allocations:
+        launch_forward_of(kwargs, inputs_default_config(kwargs))
+    assert output_bytes(problem) < allocations.total <= working_set_bytes(problem)
 
 
 def test_min_bytes_scale_with_seqlen() -> None:

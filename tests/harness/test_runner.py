@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import config, providers, records, runner
+from harness import config, correctness, providers, records, runner
 from harness.config import ConfigError
+from harness.problem import working_set_bytes
 from harness.providers import Provider
 from harness.timing import Call
 from kernels import reference
@@ -144,6 +145,40 @@ def test_the_limit_is_the_dtypes_tolerance(tmp_path: Path) -> None:
     close = by(df, "close")
     assert set(close["status"]) == {"wrong"}
     assert close["error"].str.contains("above the bfloat16 tolerance 0.01").all()
+
+
+def test_each_checked_call_follows_a_poison_of_its_working_set(tmp_path, monkeypatch) -> None:
+    """On a GPU the allocator is poisoned right before every checked call, as large as the
+    point's working set; here the sweep is told it is on CUDA and the poison is recorded."""
+    events: list[tuple[str, int]] = []
+    init = runner.Sweep.__init__
+
+    def on_cuda(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self.on_cuda = True
+
+    monkeypatch.setattr(runner.Sweep, "__init__", on_cuda)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(
+        correctness, "poison_cuda_allocator", lambda device, n: events.append(("poison", n))
+    )
+    answer = _answer()
+
+    def good(**kwargs):
+        events.append(("call", kwargs["x"].shape[1]))
+        return answer(**kwargs)
+
+    monkeypatch.setitem(providers._PROVIDERS, "good", fake("good", good))
+    cfg = make_cfg(tmp_path, ["good"], "timing.modes=[eager]")
+    df, _ = records.load_run(sweep(cfg))
+    assert set(df["status"]) == {"ok"}
+    sizes = {p.seqlen: working_set_bytes(p) for p in config.validate(cfg)}
+    poisoned = [i for i, (kind, _) in enumerate(events) if kind == "poison"]
+    assert len(poisoned) == len(sizes)  # one checked call per point (one chunk length)
+    for i in poisoned:
+        seqlen = events[i + 1][1]
+        assert events[i + 1][0] == "call" and events[i][1] == sizes[seqlen], events
 
 
 def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:
