@@ -120,7 +120,7 @@ def test_part_write_is_atomic(run_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
         raise OSError("killed mid-write")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="killed mid-write"):
         records.write_part(run_dir, "p1", "a", modes(median_ms=2.0))
     assert pq.read_table(first)["median_ms"].to_pylist() == [1.0] * 3  # old file intact
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name]  # no temp left

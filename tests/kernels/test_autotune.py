@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -173,9 +174,27 @@ def test_no_key_without_the_tileiras_version(monkeypatch) -> None:
         autotune.tuning_key(problem)
 
 
-def test_kernel_source_hash_is_stable_and_short() -> None:
-    assert autotune.kernel_source_hash() == autotune.kernel_source_hash()
-    assert len(autotune.kernel_source_hash()) == 12
+def test_kernel_source_hash_follows_every_kernel_source(
+    tmp_path: Path, monkeypatch, request
+) -> None:
+    """A byte changed in any of the package's files is another hash, hence another tuning key:
+    a pick tuned for other kernel code is not reused (the hash is cached per process)."""
+    request.addfinalizer(autotune.kernel_source_hash.cache_clear)  # the real sources' again
+    package = Path(autotune.__file__).parent
+    sources = sorted(package.glob("*.py"))
+    assert {"compute_out.py", "fwd_pass_state.py", "chunk_cumsum.py"} <= {p.name for p in sources}
+    for path in sources:
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(autotune, "__file__", str(tmp_path / "autotune.py"))
+    autotune.kernel_source_hash.cache_clear()
+    same = autotune.kernel_source_hash()
+    assert len(same) == 12 and same == autotune.kernel_source_hash()
+    key = _key(monkeypatch)
+    assert f"kernels {same}" in key
+    edited = tmp_path / "compute_out.py"
+    edited.write_text(edited.read_text() + "\n")
+    autotune.kernel_source_hash.cache_clear()
+    assert autotune.kernel_source_hash() != same and _key(monkeypatch) != key
 
 
 def test_policy_off_needs_no_gpu_and_records_the_defaults() -> None:

@@ -500,8 +500,10 @@ def _replayed(forward, kwargs: dict):
 def test_c_b_beside_the_walk_replays_in_a_cuda_graph(out_cb: int) -> None:
     """The forward with C·Bᵀ computed beside the walk, the second stream's fork and join
     included, captures into a CUDA graph whose replay gives the eager forward's output (which
-    runs chunk_cb after the walk): fp32, and fp16 scaled alike per tile by both kernels."""
+    runs chunk_cb after the walk): fp32, and fp16 scaled alike per tile by both kernels. Both
+    are also checked against float64, so a fault the two C·Bᵀ kernels share does not pass."""
     from kernels.cutile.ssd import ssd_forward
+    from kernels.reference import ssd_forward as reference_forward
 
     problem = replace(
         BASE, seqlen=2048, nheads=16, dstate=128, chunk_size=128, return_final_states=False
@@ -510,7 +512,11 @@ def test_c_b_beside_the_walk_replays_in_a_cuda_graph(out_cb: int) -> None:
         state_block_n=128, state_segments=1, state_occupancy=1, out_cb=out_cb, state_cb=1
     )
     kwargs = make_inputs(problem, seed=_seed("cb-graph"), device="cuda").kwargs()
+    poison_cuda_allocator("cuda", 1 << 30)
     eager = ssd_forward(**kwargs, config=config)
+    err = relative_error(eager, reference_forward(**kwargs))
+    print(f"[cutile-vs-float64] cb-graph out_cb={out_cb} out={err:.3e}")
+    assert passes(err, problem.dtype), err
     assert torch.equal(_replayed(functools.partial(ssd_forward, config=config), kwargs), eager)
 
 

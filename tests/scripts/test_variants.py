@@ -33,11 +33,13 @@ def test_bad_variant_names_what_to_change(text: str, error: type, message: str) 
         parse_variant(text)
 
 
-def test_a_repeated_variant_name_ends_the_script() -> None:
+def test_a_repeated_variant_name_ends_the_script(capsys) -> None:
     """Rows are kept by name: two variants of one name would both show the last one's times."""
     parser = argparse.ArgumentParser(prog="x")
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         parse_points(parser, "1024:32:64", ["a={}", 'a={"out_cb": 1}'])
+    assert exit_.value.code == 2
+    assert "names must differ; repeated: a" in capsys.readouterr().err
 
 
 def test_shapes_parse() -> None:
