@@ -226,9 +226,14 @@ def main(args: list[str]) -> None:
     # The config first, so that a typo is named (exit 2) on a machine without a GPU too.
     if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
         try:
-            config.preflight(args)
+            jobs = config.preflight(args)
         except config.ConfigError as exc:
             _fail(f"ssdbench: config error: {exc}", 2)
+        if any(job.dry_run for job in jobs):
+            from harness import plan
+
+            print("\n".join(plan.render(job) for job in jobs), end="")
+            sys.exit(0)
     if not flags & INFO_FLAGS:
         remote = any(a.startswith("hydra/launcher=") for a in args)
         if not remote and cuda_device_count() == 0:

@@ -196,6 +196,8 @@ class BenchConfig:
     # out of memory, a toolchain missing); off, it skips every pair recorded, whatever its status.
     retry_errors: bool = False
     progress: bool = True
+    # Print what the sweep would measure (harness/plan.py) and stop: no GPU work, none needed.
+    dry_run: bool = False
 
 
 ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
@@ -485,13 +487,14 @@ def uses_slurm(args: Sequence[str]) -> bool:
     return any(a.startswith("hydra/launcher=") and "slurm" in a for a in args)
 
 
-def preflight(args: Sequence[str]) -> None:
-    """Compose and validate every job of `run_bench.py args`; ConfigError for the first bad one.
-    Under the SLURM launcher every job needs a run_id: a job SLURM requeues resumes its run only
-    by its id (without one it would start a new run)."""
+def preflight(args: Sequence[str]) -> list[BenchConfig]:
+    """Compose and validate every job of `run_bench.py args`, returning their configs;
+    ConfigError for the first bad one. Under the SLURM launcher every job needs a run_id: a job
+    SLURM requeues resumes its run only by its id (without one it would start a new run)."""
     slurm = uses_slurm(args)
     jobs = job_overrides(args)
     check_hydra_overrides(args)
+    benches = []
     for overrides in jobs:
         try:
             cfg = compose(overrides)
@@ -503,3 +506,5 @@ def preflight(args: Sequence[str]) -> None:
             not slurm or bench.run_id is not None,
             "the SLURM launcher needs run_id=...: a requeued job resumes its run by that id",
         )
+        benches.append(bench)
+    return benches

@@ -165,6 +165,15 @@ def _incompatibility(meta: dict, config: dict) -> str | None:
     return None
 
 
+def resume_refusal(run_dir: Path, meta: dict, cfg: BenchConfig) -> str | None:
+    """Why `cfg` may not resume the run of this meta (another MEASUREMENT_KEYS setting), None
+    where it may."""
+    clash = _incompatibility(meta, config_dict(cfg))
+    if clash is None:
+        return None
+    return f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
+
+
 def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> tuple[Path, dict]:
     """The run directory and its meta, created or resumed.
 
@@ -196,11 +205,9 @@ def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> 
             records.write_meta(run_dir, meta)
             return run_dir, meta
         meta = records.read_meta(run_dir)
-    clash = _incompatibility(meta, config)
-    if clash:
-        raise ConfigError(
-            f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
-        )
+    refusal = resume_refusal(run_dir, meta, cfg)
+    if refusal:
+        raise ConfigError(refusal)
     then, now = meta["env"].get("git", {}).get("commit"), env.get("git", {}).get("commit")
     if then != now:
         print(

@@ -46,6 +46,18 @@ def test_without_a_gpu_it_exits_at_once_with_one_line(args: tuple[str, ...]) -> 
     ]
 
 
+def test_a_dry_run_needs_no_gpu(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """dry_run=true prints each job's plan (harness/plan.py) and exits 0 before the GPU check."""
+    module = load_module()
+    monkeypatch.setattr(module, "cuda_device_count", lambda: 0)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["-m", "dry_run=true", "sweep=smoke,paper"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "sweep smoke: 4 of 4 points x 2 providers" in out
+    assert "sweep paper: 15 of 15 points x 2 providers" in out
+
+
 def test_printing_the_config_needs_no_gpu() -> None:
     done = run_script("--cfg", "job", "sweep=models")
     assert done.returncode == 0, done.stderr
