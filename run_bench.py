@@ -5,6 +5,7 @@ mamba_ssm Triton side by side, into results/<gpu-slug>/<run-id>/ (see conf/confi
                         [providers=all|triton|cutile|with_reference] [key=value ...]
     python run_bench.py -m sweep.seqlen=1024,4096      # Hydra multirun: one run per job
     python run_bench.py sweep=default gpus=4           # one sweep over 4 GPUs of this node
+    python run_bench.py sweep=models dry_run=true      # what it would measure; no GPU needed
     python run_bench.py -m hydra/launcher=ssdbench_slurm hydra.launcher.partition=gpu
                         run_id=big shard.count=8 'shard.index=range(8)'  # 8 SLURM jobs, one sweep
 

@@ -65,10 +65,10 @@ def render(bench: BenchConfig) -> str:
     summary = (
         f"sweep {bench.sweep.name}{shard}: {len(mine)} of {len(points)} points x "
         f"{len(names)} providers, {measured} pairs to measure ({len(done & _pairs(mine, names))} "
-        f"recorded); modes {', '.join(m.value for m in bench.timing.modes)}, L2 "
-        f"{bench.timing.l2.value}, tune="
-        f"{bench.tune.value}, triton_autotune={bench.triton_autotune.value}, chunk_policy="
-        f"{bench.chunk_policy.value}, into {where}"
+        f"recorded); modes {', '.join(m.value for m in bench.timing.modes)}, "
+        f"L2 {bench.timing.l2.value}, tune={bench.tune.value}, "
+        f"triton_autotune={bench.triton_autotune.value}, "
+        f"chunk_policy={bench.chunk_policy.value}, into {where}"
     )
     refusals = [
         f"\nNote: {refusal}\n"
