@@ -64,15 +64,24 @@ def _duration(seconds: float) -> str:
 
 
 def _task(cfg: DictConfig) -> None:
-    """One Hydra job: build the config object and run the sweep (its shards, with gpus > 1)."""
+    """One Hydra job: build the config object and run the sweep (its shards, with gpus > 1), or
+    print its plan (dry_run, where main's preflight did not: --config-name and the like)."""
+    from harness import config
+
     start = time.monotonic()
+    try:
+        bench = config.to_bench(cfg)
+        if bench.dry_run:
+            from harness import plan
+
+            print(plan.render(bench), end="")
+            return
+    except config.ConfigError as exc:
+        _fail(f"ssdbench: config error: {exc}", 2)
     count = cuda_device_count()
     if count == 0:  # jobs of a remote launcher land here without the early check
         _fail(NO_GPU, 1)
-    from harness import config
-
     try:
-        bench = config.to_bench(cfg)
         config.check_device(bench, count)
         run_dirs, failure, code = (
             _spread(bench, count) if bench.gpus > 1 else ([_sweep(bench)], "", 0)
@@ -221,8 +230,6 @@ def main(args: list[str]) -> None:
         from harness import config  # registers bench_schema in Hydra's ConfigStore
     except ModuleNotFoundError as exc:
         _fail(f"ssdbench: {exc.name} is not installed; set up the environment with: make venv", 1)
-    if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
-        _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     # Other flags (--config-name …) change what the jobs compose to; Hydra reports those itself.
     # The config first, so that a typo is named (exit 2) on a machine without a GPU too.
     if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
@@ -235,8 +242,10 @@ def main(args: list[str]) -> None:
 
             print("\n".join(plan.render(job) for job in jobs), end="")
             sys.exit(0)
+    if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
+        _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     if not flags & INFO_FLAGS:
-        remote = any(a.startswith("hydra/launcher=") for a in args)
+        remote = any(a.startswith(("hydra/launcher=", "dry_run=")) for a in args)  # _task's say
         if not remote and cuda_device_count() == 0:
             _fail(NO_GPU, 1)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()

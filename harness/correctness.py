@@ -5,7 +5,9 @@ The one place that decides whether a provider's answer is right. NaN or inf neve
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 
@@ -47,20 +49,31 @@ def poison_block(nbytes: int, device: torch.device | str) -> torch.Tensor:
     return torch.full((nbytes,), POISON_BYTE, dtype=torch.uint8, device=device)
 
 
-def poison_cuda_allocator(device: torch.device | str, nbytes: int) -> None:
-    """Fill `nbytes` of the caching allocator's free memory with NaN and release it.
+#: Requests between 1 and 10 MiB get a segment of 20 MiB (the caching allocator's large buffer):
+#: a poisoned block smaller than this would leave the rest of its segment unpoisoned.
+_SEGMENT_BYTES = 20 << 20
 
-    Providers allocate their own outputs with torch.empty; the caching allocator hands back these
-    freed NaN-filled blocks, so an element a kernel forgets to write stays NaN and fails the check,
-    whatever the output's dtype (a float32 NaN's bytes would read as 0.0 at every other bf16
-    element). The cache is emptied first, so that no earlier free block (another provider's
-    answer) is left to serve an allocation: everything up to `nbytes` the provider allocates,
-    intermediates before its outputs included, is cut from the one poisoned block (at most half
-    the device's free memory). Both pools are poisoned: the large one and the small one (< 1 MiB
-    requests, 2 MiB segments), which holds the outputs of tiny problems.
+
+@contextlib.contextmanager
+def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[None]:
+    """Inside, every allocation of this thread on `device` is cut from NaN: an element a kernel
+    forgets to write stays NaN and fails the check, whatever the output's dtype (all bits set;
+    a float32 NaN's bytes would read as 0.0 at every other bf16 element).
+
+    The allocations go to a fresh memory pool (torch.cuda.MemPool) whose only free memory is a
+    poisoned block of `nbytes` (at most half the device's free memory) and poisoned small blocks
+    (< 1 MiB requests, 2 MiB segments: the outputs of tiny problems). In the shared pool a
+    provider's output was served by whatever free block fit best, often the free tail of a
+    segment an input lives in, holding an earlier answer. Make `nbytes` a bound on everything
+    the call allocates (problem.working_set_bytes): what exceeds it comes from new memory. The
+    tensors made inside stay valid after it; the cache is emptied first, which also returns the
+    previous check's pool.
     """
     torch.cuda.empty_cache()
     free = torch.cuda.mem_get_info(device)[0]
-    small = [poison_block(1 << 19, device) for _ in range(32)]  # 512 KiB each
-    large = poison_block(min(max(nbytes, 4 << 20), free // 2), device)
-    del small, large
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool, device=device):
+        small = [poison_block(1 << 19, device) for _ in range(32)]  # 512 KiB each
+        large = poison_block(min(max(nbytes, _SEGMENT_BYTES), free // 2), device)
+        del small, large
+        yield

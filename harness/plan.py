@@ -16,10 +16,15 @@ from harness.problem import Problem, reference_gib
 
 
 def existing_runs(bench: BenchConfig) -> list[Path]:
-    """The folders of bench.run_id already on disk, one per GPU model that measured it."""
-    if bench.run_id is None:
+    """The runs on disk this job would resume, one per GPU model's folder: bench.run_id's, or
+    with resume=true the newest of the same sweep and settings (runner.newest_resumable)."""
+    results = Path(bench.results_dir)
+    if bench.run_id is not None:
+        return sorted(d.parent for d in results.glob(f"*/{bench.run_id}/meta.json"))
+    if not bench.resume:
         return []
-    return sorted(d.parent for d in Path(bench.results_dir).glob(f"*/{bench.run_id}/meta.json"))
+    found = (runner.newest_resumable(gpu, runner.config_dict(bench)) for gpu in results.glob("*"))
+    return sorted(run for run in found if run is not None)
 
 
 def recorded_pairs(runs: list[Path], retry_errors: bool) -> set[tuple[str, str]]:
@@ -61,7 +66,8 @@ def render(bench: BenchConfig) -> str:
         against = "float64" if gib <= check.reference_max_gib else f"{check.fallback}'s answer"
         rows.append((_label(problem, axes), *cells, against, f"{gib:.1f}", f"`{problem.key()}`"))
     shard = f", shard {bench.shard.index} of {bench.shard.count}" if bench.shard.count > 1 else ""
-    where = f"{bench.results_dir}/<gpu>/{bench.run_id or f'{bench.sweep.name}-<UTC time>'}"
+    name = bench.run_id or (runs[0].name if runs else f"{bench.sweep.name}-<UTC time>")
+    where = f"{bench.results_dir}/<gpu>/{name}"
     summary = (
         f"sweep {bench.sweep.name}{shard}: {len(mine)} of {len(points)} points x "
         f"{len(names)} providers, {measured} pairs to measure ({len(done & _pairs(mine, names))} "
@@ -70,13 +76,20 @@ def render(bench: BenchConfig) -> str:
         f"triton_autotune={bench.triton_autotune.value}, "
         f"chunk_policy={bench.chunk_policy.value}, into {where}"
     )
-    refusals = [
-        f"\nNote: {refusal}\n"
+    notes = [
+        refusal
         for run_dir in runs
         if (refusal := runner.resume_refusal(run_dir, records.read_meta(run_dir), bench))
     ]
+    if len(runs) > 1:
+        gpus = ", ".join(run.parent.name for run in runs)
+        notes.append(
+            f"the run is on disk for {len(runs)} GPU models ({gpus}): `recorded` counts a pair "
+            "measured on any of them, and a resume on one measures the others' pairs again"
+        )
     header = ("point", *names, "checked against", "reference GiB", "key")
-    return f"{summary}\n{''.join(refusals)}\n{markdown.table(header, rows)}\n"
+    notes_text = "".join(f"\nNote: {note}\n" for note in notes)
+    return f"{summary}\n{notes_text}\n{markdown.table(header, rows)}\n"
 
 
 def _pairs(problems: list[Problem], names: list[str]) -> set[tuple[str, str]]:

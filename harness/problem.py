@@ -173,8 +173,8 @@ def working_set_bytes(problem: Problem) -> int:
     """A bound on the device memory one forward allocates: its outputs twice over, float32 chunk
     states twice (Triton's chunk states and their passed form) at half the chunk length
     (chunk_policy=fastest runs it), four float32 values per token and head (dt, decays, weights)
-    and a float32 C·Bᵀ per chunk. The runner poisons this much before a check, so that the
-    outputs land in poisoned memory whatever a provider allocates before them."""
+    and a float32 C·Bᵀ per chunk. A checked call allocates from that much poisoned memory
+    (correctness.poisoned_allocations), outputs and intermediates alike."""
     p = problem
     chunk = max(1, p.chunk_size // 2)
     states = p.batch * -(-p.seqlen // chunk) * p.nheads * p.headdim * p.dstate * 4

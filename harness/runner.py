@@ -19,6 +19,7 @@ Device, timer, peaks and environment are injectable so that the whole loop runs 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
@@ -189,7 +190,7 @@ def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> 
     if cfg.run_id:
         run_dir = root / cfg.run_id
     else:
-        run_dir = (_newest_matching(root, config) if cfg.resume else None) or _new_run_dir(
+        run_dir = (newest_resumable(root, config) if cfg.resume else None) or _new_run_dir(
             root, cfg.sweep.name
         )
     with records.locked(run_dir):
@@ -216,7 +217,9 @@ def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> 
     return run_dir, meta
 
 
-def _newest_matching(root: Path, config: dict) -> Path | None:
+def newest_resumable(root: Path, config: dict) -> Path | None:
+    """The newest run under root (a GPU's folder) of this very sweep section and measurement
+    settings (config_dict), which resume=true continues; None where there is none."""
     found = []
     for meta_file in root.glob(f"*/{records.META_FILE}"):
         try:
@@ -306,6 +309,12 @@ class Sweep:
     def _sync(self) -> None:
         if self.on_cuda:
             torch.cuda.synchronize()
+
+    def _poisoned(self, problem: Problem) -> contextlib.AbstractContextManager:
+        """Where a checked call allocates: on a GPU, memory filled with NaN (correctness.py)."""
+        if not self.on_cuda:
+            return contextlib.nullcontext()
+        return correctness.poisoned_allocations(self.device, working_set_bytes(problem))
 
     def _free(self) -> None:
         gc.collect()
@@ -485,10 +494,9 @@ class Sweep:
                         fn = functools.partial(fn, **extra)
                     if tuning:  # tune again; the first tuning's picks are in its snapshot
                         p.self_tuning.forget()
-                    if self.on_cuda:
-                        correctness.poison_cuda_allocator(self.device, working_set_bytes(problem))
-                    result = fn(**kwargs)
-                    self._sync()
+                    with self._poisoned(problem):
+                        result = fn(**kwargs)
+                        self._sync()
                     if p.tuning_report is not None:
                         outcome.tuning["picks"] = p.tuning_report()
                     self._judge(problem, result, expected, outcome)

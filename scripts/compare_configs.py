@@ -63,10 +63,11 @@ from scripts.variants import (  # noqa: E402
 def check(problem: Problem, forward: Callable, ref) -> tuple[float, float]:
     """(relative error of out, of final states: NaN where the problem asks for none) against
     `ref`, the float64 reference's result (out alone, or (out, final states))."""
-    correctness.poison_cuda_allocator("cuda", working_set_bytes(problem))
+    with correctness.poisoned_allocations("cuda", working_set_bytes(problem)):
+        result = forward()
     if not problem.return_final_states:
-        return correctness.relative_error(forward(), ref), float("nan")
-    out, final = forward()
+        return correctness.relative_error(result, ref), float("nan")
+    out, final = result
     return correctness.relative_error(out, ref[0]), correctness.relative_error(final, ref[1])
 
 

@@ -50,3 +50,16 @@ def test_a_run_on_disk_shows_what_a_resume_skips_and_whether_it_may(tmp_path: Pa
     assert "| L=32 | recorded | run |" in text and "Note:" not in text
     other = plan.render(bench(tmp_path, "providers.names=[good]", "run_id=r1", "seed=1"))
     assert "Note: run r1 was measured with seed=0 there, 1 now; pass another run_id" in other
+
+
+def test_resume_true_plans_against_the_run_it_would_continue(tmp_path: Path) -> None:
+    one = ("providers.names=[good]", "sweep.seqlen=[32]")
+    run_dir = runner.run(
+        bench(tmp_path, *one), device="cpu", timer=WallTimer(), peaks=PEAKS, env=ENV
+    )
+    text = plan.render(bench(tmp_path, *one, "resume=true"))
+    assert "0 pairs to measure (1 recorded)" in text and f"/<gpu>/{run_dir.name}" in text
+    other = plan.render(
+        bench(tmp_path, "providers.names=[good]", "sweep.seqlen=[64]", "resume=true")
+    )
+    assert "1 pairs to measure (0 recorded)" in other and "smoke-<UTC time>" in other

@@ -58,6 +58,15 @@ def test_a_dry_run_needs_no_gpu(monkeypatch: pytest.MonkeyPatch, capsys) -> None
     assert "sweep paper: 15 of 15 points x 2 providers" in out
 
 
+@pytest.mark.skipif(load_module().cuda_device_count() > 0, reason="this machine has a CUDA GPU")
+def test_a_dry_run_past_the_preflight_is_a_dry_run_too() -> None:
+    """With --config-name the preflight is Hydra's, and the job itself prints the plan: it must
+    never start a sweep (nor want a GPU)."""
+    done = run_script("--config-name=config", "dry_run=true", "sweep=smoke", "hydra.run.dir=/tmp")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("sweep smoke: 4 of 4 points x 2 providers")
+
+
 def test_printing_the_config_needs_no_gpu() -> None:
     done = run_script("--cfg", "job", "sweep=models")
     assert done.returncode == 0, done.stderr

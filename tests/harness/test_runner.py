@@ -158,10 +158,17 @@ def test_the_limit_is_the_dtypes_tolerance(tmp_path: Path) -> None:
     assert close["error"].str.contains("above the bfloat16 tolerance 0.01").all()
 
 
-def test_each_checked_call_follows_a_poison_of_its_working_set(tmp_path, monkeypatch) -> None:
-    """On a GPU the allocator is poisoned right before every checked call, as large as the
-    point's working set; here the sweep is told it is on CUDA and the poison is recorded."""
+def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch) -> None:
+    """On a GPU every checked call runs inside correctness.poisoned_allocations, as large as the
+    point's working set; here the sweep is told it is on CUDA and the pool is recorded."""
     events: list[tuple[str, int]] = []
+
+    @contextmanager
+    def poisoned(device, nbytes):
+        events.append(("poison", nbytes))
+        yield
+        events.append(("left", nbytes))
+
     init = runner.Sweep.__init__
 
     def on_cuda(self, *args, **kwargs) -> None:
@@ -171,9 +178,7 @@ def test_each_checked_call_follows_a_poison_of_its_working_set(tmp_path, monkeyp
     monkeypatch.setattr(runner.Sweep, "__init__", on_cuda)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(
-        correctness, "poison_cuda_allocator", lambda device, n: events.append(("poison", n))
-    )
+    monkeypatch.setattr(correctness, "poisoned_allocations", poisoned)
     answer = _answer()
 
     def good(**kwargs):
@@ -185,11 +190,12 @@ def test_each_checked_call_follows_a_poison_of_its_working_set(tmp_path, monkeyp
     df, _ = records.load_run(sweep(cfg))
     assert set(df["status"]) == {"ok"}
     sizes = {p.seqlen: working_set_bytes(p) for p in config.validate(cfg)}
-    poisoned = [i for i, (kind, _) in enumerate(events) if kind == "poison"]
-    assert len(poisoned) == len(sizes)  # one checked call per point (one chunk length)
-    for i in poisoned:
+    entered = [i for i, (kind, _) in enumerate(events) if kind == "poison"]
+    assert len(entered) == len(sizes)  # one checked call per point (one chunk length)
+    for i in entered:
         seqlen = events[i + 1][1]
         assert events[i + 1][0] == "call" and events[i][1] == sizes[seqlen], events
+        assert events[i + 2] == ("left", sizes[seqlen]), events  # the call, and only it, inside
 
 
 def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:

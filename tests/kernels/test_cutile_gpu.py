@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.correctness import TOLERANCE, passes, poison_cuda_allocator, relative_error
+from harness.correctness import TOLERANCE, passes, poisoned_allocations, relative_error
 from harness.inputs import SSDInputs, make_inputs
 from harness.problem import Problem
 from kernels.cutile.config import SSDConfig
@@ -117,8 +117,11 @@ def _seed(name: str) -> int:
 def _run(fn, inputs: SSDInputs, captured: bool = False):
     """`fn`'s (out, final states or None) on fresh NaN-poisoned memory; `captured`: the call
     captured into a CUDA graph, its outputs poisoned, then replayed (`_replayed`)."""
-    poison_cuda_allocator("cuda", 1 << 30)
-    result = _replayed(fn, inputs.kwargs()) if captured else fn(**inputs.kwargs())
+    if captured:  # the graph allocates from its own pool; its outputs are filled before replay
+        result = _replayed(fn, inputs.kwargs())
+    else:
+        with poisoned_allocations("cuda", 1 << 30):
+            result = fn(**inputs.kwargs())
     torch.cuda.synchronize()
     return result if isinstance(result, tuple) else (result, None)
 
@@ -512,8 +515,8 @@ def test_c_b_beside_the_walk_replays_in_a_cuda_graph(out_cb: int) -> None:
         state_block_n=128, state_segments=1, state_occupancy=1, out_cb=out_cb, state_cb=1
     )
     kwargs = make_inputs(problem, seed=_seed("cb-graph"), device="cuda").kwargs()
-    poison_cuda_allocator("cuda", 1 << 30)
-    eager = ssd_forward(**kwargs, config=config)
+    with poisoned_allocations("cuda", 1 << 30):
+        eager = ssd_forward(**kwargs, config=config)
     err = relative_error(eager, reference_forward(**kwargs))
     print(f"[cutile-vs-float64] cb-graph out_cb={out_cb} out={err:.3e}")
     assert passes(err, problem.dtype), err
@@ -541,8 +544,11 @@ def test_scaled_c_b_past_fp16_range(captured: bool) -> None:
     )  # fmt: skip
     assert (inputs.C[0, :128, 0].float() @ inputs.B[0, :128, 0].float().T).abs().max() > 65504
     forward = functools.partial(ssd_forward, config=config)
-    poison_cuda_allocator("cuda", 1 << 30)
-    out = _replayed(forward, kwargs) if captured else forward(**kwargs)
+    if captured:  # outputs filled with NaN before the replay
+        out = _replayed(forward, kwargs)
+    else:
+        with poisoned_allocations("cuda", 1 << 30):
+            out = forward(**kwargs)
     ref = reference_forward(**kwargs)
     err = relative_error(out, ref)
     print(f"[cutile-vs-float64] cb-scaled-range captured={captured} out={err:.3e}")
