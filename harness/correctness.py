@@ -69,11 +69,13 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
     tensors made inside stay valid after it; the cache is emptied first, which also returns the
     previous check's pool.
     """
+    index = torch.device(device).index  # use_mem_pool wants one: "cuda" means the current GPU
+    gpu = torch.device("cuda", torch.cuda.current_device() if index is None else index)
     torch.cuda.empty_cache()
-    free = torch.cuda.mem_get_info(device)[0]
+    free = torch.cuda.mem_get_info(gpu)[0]
     pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool, device=device):
-        small = [poison_block(1 << 19, device) for _ in range(32)]  # 512 KiB each
-        large = poison_block(min(max(nbytes, _SEGMENT_BYTES), free // 2), device)
+    with torch.cuda.use_mem_pool(pool, device=gpu):
+        small = [poison_block(1 << 19, gpu) for _ in range(32)]  # 512 KiB each
+        large = poison_block(min(max(nbytes, _SEGMENT_BYTES), free // 2), gpu)
         del small, large
         yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -62,3 +63,35 @@ def test_tolerances_order_by_precision() -> None:
     assert tol["float16"] < tol["bfloat16"] and tol["float32"] < tol["bfloat16"]
     assert correctness.passes(tol["bfloat16"], "bfloat16")
     assert not correctness.passes(tol["bfloat16"] * 1.01, "bfloat16")
+
+
+@pytest.mark.parametrize(("device", "index"), [("cuda", 3), ("cuda:1", 1)])
+@pytest.mark.parametrize(("nbytes", "poisoned"), [(1 << 20, 20 << 20), (40 << 30, 32 << 30)])
+def test_poisoned_allocations_fill_a_pool_of_their_own_first(
+    monkeypatch: pytest.MonkeyPatch, device: str, index: int, nbytes: int, poisoned: int
+) -> None:
+    """On the CPU, the calls it makes, in order: the cache emptied, a pool made current for the
+    GPU's index (use_mem_pool wants an index: "cuda" alone is the current GPU), the small and
+    large blocks filled inside it (at least a whole 20 MiB segment, at most half the free
+    memory), and the caller's allocations inside too."""
+    calls: list[tuple] = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty",)))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gpu: (64 << 30, 141 << 30))
+    monkeypatch.setattr(torch.cuda, "MemPool", lambda: "pool")
+
+    @contextlib.contextmanager
+    def use_mem_pool(pool, device):
+        calls.append(("enter", pool, device))
+        yield
+        calls.append(("leave", pool))
+
+    monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
+    monkeypatch.setattr(correctness, "poison_block", lambda n, gpu: calls.append(("fill", n, gpu)))
+    with correctness.poisoned_allocations(device, nbytes):
+        calls.append(("call",))
+    gpu = torch.device("cuda", index)
+    assert calls == [
+        ("empty",), ("enter", "pool", gpu), *[("fill", 1 << 19, gpu)] * 32,
+        ("fill", poisoned, gpu), ("call",), ("leave", "pool"),
+    ]  # fmt: skip
