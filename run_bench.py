@@ -245,8 +245,9 @@ def main(args: list[str]) -> None:
     if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
         _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     if not flags & INFO_FLAGS:
-        remote = any(a.startswith(("hydra/launcher=", "dry_run=")) for a in args)  # _task's say
-        if not remote and cuda_device_count() == 0:
+        # A remote launcher's jobs check on their own nodes; a dry run needs no GPU (_task).
+        in_job = any(a.startswith(("hydra/launcher=", "dry_run=")) for a in args)
+        if not in_job and cuda_device_count() == 0:
             _fail(NO_GPU, 1)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()
     if NOT_PASSED_JOBS:
