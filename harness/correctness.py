@@ -49,9 +49,20 @@ def poison_block(nbytes: int, device: torch.device | str) -> torch.Tensor:
     return torch.full((nbytes,), POISON_BYTE, dtype=torch.uint8, device=device)
 
 
-#: Requests between 1 and 10 MiB get a segment of 20 MiB (the caching allocator's large buffer):
-#: a poisoned block smaller than this would leave the rest of its segment unpoisoned.
+#: The caching allocator's segments: a request between 1 and 10 MiB gets one of 20 MiB, a larger
+#: one is rounded up to 2 MiB. A poisoned block filling less would leave a tail unpoisoned.
 _SEGMENT_BYTES = 20 << 20
+_ROUND_BYTES = 2 << 20
+_SMALL_BLOCKS = 32  # of 512 KiB: 8 whole 2 MiB segments of the small pool (requests <= 1 MiB)
+
+
+def _whole_segment(nbytes: int) -> int:
+    return max(_SEGMENT_BYTES, -(-nbytes // _ROUND_BYTES) * _ROUND_BYTES)
+
+
+class PoisonOverflow(RuntimeError):
+    """A checked call allocated past its poisoned pool, so part of what it returned may lie in
+    memory that was never filled with NaN: its check cannot be trusted."""
 
 
 @contextlib.contextmanager
@@ -61,21 +72,36 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
     a float32 NaN's bytes would read as 0.0 at every other bf16 element).
 
     The allocations go to a fresh memory pool (torch.cuda.MemPool) whose only free memory is a
-    poisoned block of `nbytes` (at most half the device's free memory) and poisoned small blocks
-    (< 1 MiB requests, 2 MiB segments: the outputs of tiny problems). In the shared pool a
-    provider's output was served by whatever free block fit best, often the free tail of a
-    segment an input lives in, holding an earlier answer. Make `nbytes` a bound on everything
-    the call allocates (problem.working_set_bytes): what exceeds it comes from new memory. The
-    tensors made inside stay valid after it; the cache is emptied first, which also returns the
-    previous check's pool.
+    poisoned segment of `nbytes` (rounded up to the whole segment, at most half the device's free
+    memory) and poisoned small segments (requests <= 1 MiB: the outputs of tiny problems). In the
+    shared pool a provider's output was served by whatever free block fit best, often the free
+    tail of a segment an input lives in, holding an earlier answer. Make `nbytes` a bound on
+    everything the call allocates (problem.working_set_bytes). An allocation the pool cannot
+    serve from poisoned memory (past `nbytes`, on another stream) adds a segment to it, which
+    raises PoisonOverflow on the way out. The tensors made inside stay valid after it; the cache
+    is emptied first, which also returns the previous check's pool.
     """
     index = torch.device(device).index  # use_mem_pool wants one: "cuda" means the current GPU
     gpu = torch.device("cuda", torch.cuda.current_device() if index is None else index)
     torch.cuda.empty_cache()
     free = torch.cuda.mem_get_info(gpu)[0]
-    pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool, device=gpu):
-        small = [poison_block(1 << 19, gpu) for _ in range(32)]  # 512 KiB each
-        large = poison_block(min(max(nbytes, _SEGMENT_BYTES), free // 2), gpu)
-        del small, large
-        yield
+    with torch.cuda.device(gpu):  # a MemPool is made on the current GPU
+        pool = torch.cuda.MemPool()
+    try:
+        with torch.cuda.use_mem_pool(pool, device=gpu):
+            small = [poison_block(1 << 19, gpu) for _ in range(_SMALL_BLOCKS)]
+            large = poison_block(
+                min(_whole_segment(nbytes), free // 2 // _ROUND_BYTES * _ROUND_BYTES), gpu
+            )
+            del small, large
+            segments = len(pool.snapshot())
+            yield
+            added = len(pool.snapshot()) - segments
+        if added:
+            raise PoisonOverflow(
+                f"the checked call allocated {added} segment(s) past its {nbytes / 2**30:.2f} GiB "
+                "of poisoned memory (or on another stream): harness.problem.working_set_bytes "
+                "is too small a bound for this provider"
+            )
+    finally:
+        del pool  # now, not when a traceback lets go of this frame: a late release aborts

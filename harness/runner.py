@@ -494,6 +494,9 @@ class Sweep:
                         fn = functools.partial(fn, **extra)
                     if tuning:  # tune again; the first tuning's picks are in its snapshot
                         p.self_tuning.forget()
+                    if self.on_cuda:  # once-only work outside the pool: Triton's autotuning
+                        fn(**kwargs)  # allocates a 256 MiB flush buffer per tuning
+                        self._sync()
                     with self._poisoned(problem):
                         result = fn(**kwargs)
                         self._sync()

@@ -63,6 +63,7 @@ from scripts.variants import (  # noqa: E402
 def check(problem: Problem, forward: Callable, ref) -> tuple[float, float]:
     """(relative error of out, of final states: NaN where the problem asks for none) against
     `ref`, the float64 reference's result (out alone, or (out, final states))."""
+    forward()  # once-only work (Triton's autotuning) outside the poisoned pool
     with correctness.poisoned_allocations("cuda", working_set_bytes(problem)):
         result = forward()
     if not problem.return_final_states:

@@ -65,33 +65,64 @@ def test_tolerances_order_by_precision() -> None:
     assert not correctness.passes(tol["bfloat16"] * 1.01, "bfloat16")
 
 
+class FakePool:
+    """A MemPool whose snapshot lists one segment per fill, and one more per `grow`."""
+
+    def __init__(self) -> None:
+        self.segments: list[int] = []
+
+    def snapshot(self) -> list[int]:
+        return list(self.segments)
+
+
+def _fake_cuda(monkeypatch: pytest.MonkeyPatch, calls: list[tuple], pool: FakePool) -> None:
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "device", lambda gpu: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty",)))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gpu: (64 << 30, 141 << 30))
+    monkeypatch.setattr(torch.cuda, "MemPool", lambda: pool)
+
+    @contextlib.contextmanager
+    def use_mem_pool(pool, device):
+        calls.append(("enter", device))
+        yield
+        calls.append(("leave",))
+
+    def fill(nbytes: int, gpu: torch.device) -> None:
+        calls.append(("fill", nbytes, gpu))
+        pool.segments.append(nbytes)
+
+    monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
+    monkeypatch.setattr(correctness, "poison_block", fill)
+
+
 @pytest.mark.parametrize(("device", "index"), [("cuda", 3), ("cuda:1", 1)])
-@pytest.mark.parametrize(("nbytes", "poisoned"), [(1 << 20, 20 << 20), (40 << 30, 32 << 30)])
+@pytest.mark.parametrize(
+    ("nbytes", "poisoned"),
+    [(1 << 20, 20 << 20), (21 << 20, 22 << 20), ((22 << 20) + 1, 24 << 20), (40 << 30, 32 << 30)],
+)
 def test_poisoned_allocations_fill_a_pool_of_their_own_first(
     monkeypatch: pytest.MonkeyPatch, device: str, index: int, nbytes: int, poisoned: int
 ) -> None:
     """On the CPU, the calls it makes, in order: the cache emptied, a pool made current for the
     GPU's index (use_mem_pool wants an index: "cuda" alone is the current GPU), the small and
-    large blocks filled inside it (at least a whole 20 MiB segment, at most half the free
-    memory), and the caller's allocations inside too."""
+    large blocks filled inside it (a whole segment: at least 20 MiB, else rounded up to 2 MiB;
+    at most half the free memory), and the caller's allocations inside too."""
     calls: list[tuple] = []
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty",)))
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gpu: (64 << 30, 141 << 30))
-    monkeypatch.setattr(torch.cuda, "MemPool", lambda: "pool")
-
-    @contextlib.contextmanager
-    def use_mem_pool(pool, device):
-        calls.append(("enter", pool, device))
-        yield
-        calls.append(("leave", pool))
-
-    monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
-    monkeypatch.setattr(correctness, "poison_block", lambda n, gpu: calls.append(("fill", n, gpu)))
+    _fake_cuda(monkeypatch, calls, FakePool())
     with correctness.poisoned_allocations(device, nbytes):
         calls.append(("call",))
     gpu = torch.device("cuda", index)
     assert calls == [
-        ("empty",), ("enter", "pool", gpu), *[("fill", 1 << 19, gpu)] * 32,
-        ("fill", poisoned, gpu), ("call",), ("leave", "pool"),
+        ("empty",), ("enter", gpu), *[("fill", 1 << 19, gpu)] * 32, ("fill", poisoned, gpu),
+        ("call",), ("leave",),
     ]  # fmt: skip
+
+
+def test_a_call_that_allocates_past_the_poisoned_pool_is_not_trusted(monkeypatch) -> None:
+    """A new segment in the pool means fresh, unfilled memory served part of the call."""
+    pool = FakePool()
+    _fake_cuda(monkeypatch, [], pool)
+    with pytest.raises(correctness.PoisonOverflow, match="1 segment.* past its 0.06 GiB"):
+        with correctness.poisoned_allocations("cuda", 64 << 20):
+            pool.segments.append(2 << 20)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.correctness import poisoned_allocations
+from harness.correctness import PoisonOverflow, poisoned_allocations
 from harness.problem import Problem, working_set_bytes
 
 pytestmark = pytest.mark.gpu
@@ -62,3 +62,11 @@ def test_what_is_made_inside_stays_valid_after() -> None:
     scratch = torch.zeros(64 << 20, dtype=torch.uint8, device="cuda")
     assert (out == 3.0).all().item()
     del scratch
+
+
+def test_a_call_allocating_past_its_poisoned_pool_is_refused() -> None:
+    """Past the bound the pool takes fresh, unfilled memory: the check cannot be trusted."""
+    with pytest.raises(PoisonOverflow, match="past its"):
+        with poisoned_allocations("cuda", 32 << 20):
+            inside = torch.empty(48 << 20, dtype=torch.uint8, device="cuda")
+    del inside
