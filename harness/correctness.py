@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterator
 
 import torch
@@ -54,6 +55,7 @@ def poison_block(nbytes: int, device: torch.device | str) -> torch.Tensor:
 _SEGMENT_BYTES = 20 << 20
 _ROUND_BYTES = 2 << 20
 _SMALL_BLOCKS = 32  # of 512 KiB: 8 whole 2 MiB segments of the small pool (requests <= 1 MiB)
+_HEADROOM_BYTES = 2 << 30  # free memory left beside the pool (workspaces, the driver's own)
 
 
 def _whole_segment(nbytes: int) -> int:
@@ -68,40 +70,56 @@ class PoisonOverflow(RuntimeError):
 @contextlib.contextmanager
 def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[None]:
     """Inside, every allocation of this thread on `device` is cut from NaN: an element a kernel
-    forgets to write stays NaN and fails the check, whatever the output's dtype (all bits set;
-    a float32 NaN's bytes would read as 0.0 at every other bf16 element).
+    forgets to write stays NaN and fails the check, whatever the output's dtype (all bits set; a
+    float32 NaN's bytes would read as 0.0 at every other bf16 element).
 
     The allocations go to a fresh memory pool (torch.cuda.MemPool) whose only free memory is a
-    poisoned segment of `nbytes` (rounded up to the whole segment, at most half the device's free
-    memory) and poisoned small segments (requests <= 1 MiB: the outputs of tiny problems). In the
-    shared pool a provider's output was served by whatever free block fit best, often the free
-    tail of a segment an input lives in, holding an earlier answer. Make `nbytes` a bound on
-    everything the call allocates (problem.working_set_bytes). An allocation the pool cannot
-    serve from poisoned memory (past `nbytes`, on another stream) adds a segment to it, which
-    raises PoisonOverflow on the way out. The tensors made inside stay valid after it; the cache
-    is emptied first, which also returns the previous check's pool.
+    poisoned segment of `nbytes` (rounded up to the whole segment, at most the device's free
+    memory less 2 GiB) and poisoned small segments (requests <= 1 MiB: the outputs of tiny
+    problems). In the shared pool a provider's output was served by whatever free block fit
+    best, often the free tail of a segment an input lives in, holding an earlier answer. Make
+    `nbytes` a bound on everything the call allocates (problem.working_set_bytes). An allocation
+    the pool cannot serve from poisoned memory (past `nbytes`, on another stream) adds a segment
+    to it, which raises PoisonOverflow on the way out. The tensors made inside stay valid after
+    it; the cache is emptied first, which also returns the previous check's pool.
     """
+    if "expandable_segments:true" in _alloc_conf().lower():  # segments that grow in place
+        raise PoisonOverflow(
+            "the allocator's expandable_segments would let a checked call grow into unfilled "
+            "memory unseen: unset it in PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF"
+        )
     index = torch.device(device).index  # use_mem_pool wants one: "cuda" means the current GPU
     gpu = torch.device("cuda", torch.cuda.current_device() if index is None else index)
     torch.cuda.empty_cache()
-    free = torch.cuda.mem_get_info(gpu)[0]
+    room = torch.cuda.mem_get_info(gpu)[0] - _HEADROOM_BYTES  # for the call's own CUDA work
+    filled = min(_whole_segment(nbytes), max(room, 0) // _ROUND_BYTES * _ROUND_BYTES)
     with torch.cuda.device(gpu):  # a MemPool is made on the current GPU
         pool = torch.cuda.MemPool()
     try:
         with torch.cuda.use_mem_pool(pool, device=gpu):
             small = [poison_block(1 << 19, gpu) for _ in range(_SMALL_BLOCKS)]
-            large = poison_block(
-                min(_whole_segment(nbytes), free // 2 // _ROUND_BYTES * _ROUND_BYTES), gpu
-            )
+            large = poison_block(filled, gpu)
             del small, large
             segments = len(pool.snapshot())
             yield
             added = len(pool.snapshot()) - segments
         if added:
+            short = (
+                f"the GPU's free memory held only {filled / 2**30:.2f} GiB of the "
+                f"{nbytes / 2**30:.2f} GiB bound"
+                if filled < nbytes
+                else f"the provider's bound on its allocations, {nbytes / 2**30:.2f} GiB, is "
+                "too small (harness.providers, working_set)"
+            )
             raise PoisonOverflow(
-                f"the checked call allocated {added} segment(s) past its {nbytes / 2**30:.2f} GiB "
-                "of poisoned memory (or on another stream): harness.problem.working_set_bytes "
-                "is too small a bound for this provider"
+                f"the checked call allocated {added} segment(s) past its poisoned memory (or on "
+                f"another stream), so part of its answer may lie in unfilled memory: {short}"
             )
     finally:
         del pool  # now, not when a traceback lets go of this frame: a late release aborts
+
+
+def _alloc_conf() -> str:
+    return ",".join(
+        os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    )

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.problem import Problem
+from harness.problem import Problem, reference_gib, working_set_bytes
 from kernels import (
     cutile,  # constants only: imports neither torch nor cuda-tile
     triton_ssd,  # imports neither triton nor mamba_ssm (see its docstring)
@@ -70,6 +70,7 @@ class Provider:
     launch_defaults: the default of every field of the launch config its tuner records, so that
         comparing runs can read a field added after an older run as what that run launched
         (None: it records no config).
+    working_set: a bound on what one call allocates on the device (below).
     """
 
     name: str
@@ -84,6 +85,9 @@ class Provider:
     prepare: Prepare | None = None
     matmul_policy: str = ""
     launch_defaults: Callable[[], dict] | None = None
+    # A bound on the device memory one call allocates: its checked call runs inside that much
+    # NaN-filled memory (correctness.poisoned_allocations), and a call needing more is an error.
+    working_set: Callable[[Problem], int] = working_set_bytes
 
     def unsupported(self, problem: Problem, device: str) -> str | None:
         """Why this provider cannot run `problem` on `device` ("cpu", "cuda", "cuda:1"), or None."""
@@ -209,6 +213,7 @@ register(
         description="float64 PyTorch chunked SSD (the gold reference)",
         devices=("cpu", "cuda"),
         matmul_policy="float64",
+        working_set=lambda problem: int(reference_gib(problem) * 2**30),
     )
 )
 register(

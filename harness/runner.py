@@ -55,7 +55,6 @@ from harness.problem import (
     flops,
     min_bytes,
     reference_gib,
-    working_set_bytes,
 )
 from harness.timing import Call, CudaTimer, Measurement, Timer, TimingPolicy, measure
 
@@ -173,6 +172,13 @@ def resume_refusal(run_dir: Path, meta: dict, cfg: BenchConfig) -> str | None:
     if clash is None:
         return None
     return f"run {run_dir.name} was measured with {clash}; pass another run_id to start anew"
+
+
+def _copied(result: object) -> object:
+    """A copy of a forward's answer (out, or (out, final states)) in fresh memory."""
+    if isinstance(result, tuple):
+        return tuple(t if t is None else t.clone() for t in result)
+    return result.clone()
 
 
 def open_run(cfg: BenchConfig, env: dict, measure_peaks: Callable[[], dict]) -> tuple[Path, dict]:
@@ -310,11 +316,13 @@ class Sweep:
         if self.on_cuda:
             torch.cuda.synchronize()
 
-    def _poisoned(self, problem: Problem) -> contextlib.AbstractContextManager:
+    def _poisoned(
+        self, problem: Problem, p: providers.Provider
+    ) -> contextlib.AbstractContextManager:
         """Where a checked call allocates: on a GPU, memory filled with NaN (correctness.py)."""
         if not self.on_cuda:
             return contextlib.nullcontext()
-        return correctness.poisoned_allocations(self.device, working_set_bytes(problem))
+        return correctness.poisoned_allocations(self.device, p.working_set(problem))
 
     def _free(self) -> None:
         gc.collect()
@@ -486,6 +494,7 @@ class Sweep:
                 self._chunk_lengths(problem, p), range(2 if twice else 1)
             ):
                 outcome = outcomes[p.name] = Outcome(chunk_size=chunk)  # the culprit's, if any
+                result = None
                 try:
                     fn = self._load(p)
                     kwargs = {**inputs.to(self.device).kwargs(), "chunk_size": chunk}
@@ -497,7 +506,7 @@ class Sweep:
                     if self.on_cuda:  # once-only work outside the pool: Triton's autotuning
                         fn(**kwargs)  # allocates a 256 MiB flush buffer per tuning
                         self._sync()
-                    with self._poisoned(problem):
+                    with self._poisoned(problem, p):
                         result = fn(**kwargs)
                         self._sync()
                     if p.tuning_report is not None:
@@ -505,10 +514,12 @@ class Sweep:
                     self._judge(problem, result, expected, outcome)
                     outcome.check_against = against if expected is not None else ""
                     if expected is None and p.name == fallback and outcome.status == "ok":
-                        expected, against = result, f"provider:{fallback}"
-                    del result
+                        # copied out of the poisoned pool, which it would otherwise pin whole
+                        expected, against = _copied(result), f"provider:{fallback}"
+                    result = None
                 except Exception as exc:  # this provider only; a broken context stops the sweep
                     outcome.fail("error", records.error_message(exc))
+                    result = None  # frees what it allocated, also in an overflowed pool
                     self._free()
                     self._health(p.name)
                 if outcome.status != "ok":  # a wrong answer at any chunk length is a wrong provider

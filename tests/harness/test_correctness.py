@@ -99,7 +99,12 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, calls: list[tuple], pool: FakePo
 @pytest.mark.parametrize(("device", "index"), [("cuda", 3), ("cuda:1", 1)])
 @pytest.mark.parametrize(
     ("nbytes", "poisoned"),
-    [(1 << 20, 20 << 20), (21 << 20, 22 << 20), ((22 << 20) + 1, 24 << 20), (40 << 30, 32 << 30)],
+    [
+        (1 << 20, 20 << 20),
+        (21 << 20, 22 << 20),
+        ((22 << 20) + 1, 24 << 20),
+        (100 << 30, 62 << 30),
+    ],  # fmt: skip
 )
 def test_poisoned_allocations_fill_a_pool_of_their_own_first(
     monkeypatch: pytest.MonkeyPatch, device: str, index: int, nbytes: int, poisoned: int
@@ -107,7 +112,7 @@ def test_poisoned_allocations_fill_a_pool_of_their_own_first(
     """On the CPU, the calls it makes, in order: the cache emptied, a pool made current for the
     GPU's index (use_mem_pool wants an index: "cuda" alone is the current GPU), the small and
     large blocks filled inside it (a whole segment: at least 20 MiB, else rounded up to 2 MiB;
-    at most half the free memory), and the caller's allocations inside too."""
+    at most the free memory less 2 GiB), and the caller's allocations inside too."""
     calls: list[tuple] = []
     _fake_cuda(monkeypatch, calls, FakePool())
     with correctness.poisoned_allocations(device, nbytes):
@@ -119,10 +124,27 @@ def test_poisoned_allocations_fill_a_pool_of_their_own_first(
     ]  # fmt: skip
 
 
-def test_a_call_that_allocates_past_the_poisoned_pool_is_not_trusted(monkeypatch) -> None:
-    """A new segment in the pool means fresh, unfilled memory served part of the call."""
+@pytest.mark.parametrize(
+    ("nbytes", "why"),
+    [(64 << 20, "bound on its allocations, 0.06 GiB, is too small"),
+     (100 << 30, "free memory held only 62.00 GiB of the 100.00 GiB bound")],
+)  # fmt: skip
+def test_a_call_that_allocates_past_the_poisoned_pool_is_not_trusted(
+    monkeypatch, nbytes: int, why: str
+) -> None:
+    """A new segment in the pool means fresh, unfilled memory served part of the call; the error
+    says whether the bound or the GPU's free memory was short."""
     pool = FakePool()
     _fake_cuda(monkeypatch, [], pool)
-    with pytest.raises(correctness.PoisonOverflow, match="1 segment.* past its 0.06 GiB"):
-        with correctness.poisoned_allocations("cuda", 64 << 20):
+    with pytest.raises(correctness.PoisonOverflow, match=f"1 segment.*past its poisoned.*{why}"):
+        with correctness.poisoned_allocations("cuda", nbytes):
             pool.segments.append(2 << 20)
+
+
+def test_expandable_segments_are_refused(monkeypatch) -> None:
+    """A segment that grows in place adds no segment: an overflow would go unseen."""
+    _fake_cuda(monkeypatch, [], FakePool())
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512,expandable_segments:True")
+    with pytest.raises(correctness.PoisonOverflow, match="expandable_segments"):
+        with correctness.poisoned_allocations("cuda", 64 << 20):
+            pass
