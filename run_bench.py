@@ -37,6 +37,7 @@ NO_GPU = (
 # Hydra flags that only print information: they need neither a GPU nor a valid sweep.
 INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--info", "-i"}
 MULTIRUN_FLAGS = {"-m", "--multirun"}
+DRY_RUN_ON = {f"dry_run={value}" for value in ("true", "yes", "on", "1")}  # as OmegaConf reads
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
@@ -232,12 +233,16 @@ def main(args: list[str]) -> None:
         _fail(f"ssdbench: {exc.name} is not installed; set up the environment with: make venv", 1)
     # Other flags (--config-name …) change what the jobs compose to; Hydra reports those itself.
     # The config first, so that a typo is named (exit 2) on a machine without a GPU too.
-    if not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS:
+    preflight = not flags & INFO_FLAGS and flags <= MULTIRUN_FLAGS
+    if preflight:
         try:
             jobs = config.preflight(args)
         except config.ConfigError as exc:
             _fail(f"ssdbench: config error: {exc}", 2)
-        if any(job.dry_run for job in jobs):
+        dry = {job.dry_run for job in jobs}
+        if dry == {True, False}:
+            _fail("ssdbench: config error: dry_run must be the same in every job", 2)
+        if dry == {True}:
             from harness import plan
 
             print("\n".join(plan.render(job) for job in jobs), end="")
@@ -245,9 +250,11 @@ def main(args: list[str]) -> None:
     if config.uses_slurm(args) and not flags & INFO_FLAGS and not shutil.which("srun"):
         _fail("ssdbench: config error: the SLURM launcher needs srun on PATH (a cluster node)", 2)
     if not flags & INFO_FLAGS:
-        # A remote launcher's jobs check on their own nodes; a dry run needs no GPU (_task).
-        in_job = any(a.startswith(("hydra/launcher=", "dry_run=")) for a in args)
-        if not in_job and cuda_device_count() == 0:
+        # A remote launcher's jobs check on their own nodes; a dry run the preflight did not
+        # see (--config-name …) needs no GPU, _task prints its plan.
+        remote = any(a.startswith("hydra/launcher=") for a in args)
+        dry = not preflight and any(a.lower() in DRY_RUN_ON for a in args)
+        if not (remote or dry) and cuda_device_count() == 0:
             _fail(NO_GPU, 1)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()
     if NOT_PASSED_JOBS:

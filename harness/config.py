@@ -257,7 +257,10 @@ def _check(ok: bool, message: str) -> None:
 def validate(cfg: BenchConfig) -> list[Problem]:
     """Check every value the schema cannot; returns the sweep's points."""
     from harness import providers, stats
+    from harness.correctness import allocator_conflict
 
+    conflict = allocator_conflict()
+    _check(conflict is None, str(conflict))
     t = cfg.timing
     _check(bool(t.modes), "timing.modes must name at least one mode")
     _check(len(set(t.modes)) == len(t.modes), f"timing.modes has duplicates: {t.modes}")

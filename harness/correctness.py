@@ -83,11 +83,9 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
     to it, which raises PoisonOverflow on the way out. The tensors made inside stay valid after
     it; the cache is emptied first, which also returns the previous check's pool.
     """
-    if "expandable_segments:true" in _alloc_conf().lower():  # segments that grow in place
-        raise PoisonOverflow(
-            "the allocator's expandable_segments would let a checked call grow into unfilled "
-            "memory unseen: unset it in PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF"
-        )
+    conflict = allocator_conflict()
+    if conflict:
+        raise RuntimeError(conflict)
     index = torch.device(device).index  # use_mem_pool wants one: "cuda" means the current GPU
     gpu = torch.device("cuda", torch.cuda.current_device() if index is None else index)
     torch.cuda.empty_cache()
@@ -100,9 +98,9 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
             small = [poison_block(1 << 19, gpu) for _ in range(_SMALL_BLOCKS)]
             large = poison_block(filled, gpu)
             del small, large
-            segments = len(pool.snapshot())
+            poisoned = _segments(pool)
             yield
-            added = len(pool.snapshot()) - segments
+            added = len(_segments(pool) - poisoned)
         if added:
             short = (
                 f"the GPU's free memory held only {filled / 2**30:.2f} GiB of the "
@@ -119,7 +117,28 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
         del pool  # now, not when a traceback lets go of this frame: a late release aborts
 
 
-def _alloc_conf() -> str:
-    return ",".join(
-        os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-    )
+def _segments(pool: torch.cuda.MemPool) -> set[int]:
+    """The addresses of the pool's segments: one released and another made in its place still
+    shows as new."""
+    return {segment["address"] for segment in pool.snapshot()}
+
+
+def allocator_conflict() -> str | None:
+    """Why the caching allocator's settings would defeat poisoned_allocations (checked with the
+    config, before any GPU work), or None."""
+    names = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    conf = ",".join(os.environ.get(name, "") for name in names).replace(" ", "").lower()
+    reasons = {
+        "expandable_segments:true": "lets a segment grow in place, into memory never filled "
+        "with NaN, where no new segment shows it",
+        "max_split_size_mb": "keeps the large poisoned block from serving smaller requests",
+        "backend:cudamallocasync": "has no memory pools",
+    }
+    for setting, why in reasons.items():
+        if setting in conf:
+            return (
+                f"the allocator setting {setting.split(':')[0]} in PYTORCH_CUDA_ALLOC_CONF / "
+                f"PYTORCH_ALLOC_CONF {why}, so answers could not be checked on NaN-filled "
+                "memory (docs/correctness.md): unset it"
+            )
+    return None

@@ -146,7 +146,7 @@ def load(path: Path, label: str) -> Run:
 
 
 def setting(meta: dict, key: str) -> object:
-    """The value of a dotted SETTINGS_KEYS path in a run's meta["config"]; where absent, the
+    """The value of a dotted settings_keys(mode) path in a run's meta["config"]; where absent, the
     value runs had before the setting existed (config.LEGACY_SETTINGS), else None."""
     value: object = meta.get("config")
     for part in key.split("."):

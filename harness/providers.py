@@ -70,7 +70,9 @@ class Provider:
     launch_defaults: the default of every field of the launch config its tuner records, so that
         comparing runs can read a field added after an older run as what that run launched
         (None: it records no config).
-    working_set: a bound on what one call allocates on the device (below).
+    working_set: a bound on the device memory one call allocates; its checked call runs inside
+        that much NaN-filled memory (correctness.poisoned_allocations), and needing more is an
+        error (the float64 reference's is 3x the kernels').
     """
 
     name: str
@@ -85,8 +87,6 @@ class Provider:
     prepare: Prepare | None = None
     matmul_policy: str = ""
     launch_defaults: Callable[[], dict] | None = None
-    # A bound on the device memory one call allocates: its checked call runs inside that much
-    # NaN-filled memory (correctness.poisoned_allocations), and a call needing more is an error.
     working_set: Callable[[Problem], int] = working_set_bytes
 
     def unsupported(self, problem: Problem, device: str) -> str | None:

@@ -19,7 +19,6 @@ Device, timer, peaks and environment are injectable so that the whole loop runs 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import itertools
@@ -316,13 +315,19 @@ class Sweep:
         if self.on_cuda:
             torch.cuda.synchronize()
 
-    def _poisoned(
-        self, problem: Problem, p: providers.Provider
-    ) -> contextlib.AbstractContextManager:
-        """Where a checked call allocates: on a GPU, memory filled with NaN (correctness.py)."""
+    def _answer(self, problem: Problem, p: providers.Provider, fn: Callable, kwargs: dict):
+        """The answer of a call to check. On a GPU: after a first call outside the pool, which
+        does what is done once (Triton's autotuning, with a 256 MiB flush buffer per tuning),
+        the call made inside NaN-filled memory as large as the provider's working set
+        (correctness.poisoned_allocations)."""
         if not self.on_cuda:
-            return contextlib.nullcontext()
-        return correctness.poisoned_allocations(self.device, p.working_set(problem))
+            return fn(**kwargs)
+        fn(**kwargs)
+        self._sync()
+        with correctness.poisoned_allocations(self.device, p.working_set(problem)):
+            result = fn(**kwargs)
+            self._sync()
+        return result
 
     def _free(self) -> None:
         gc.collect()
@@ -440,15 +445,18 @@ class Sweep:
         if p.unsupported(problem, self.device):
             return None
         outcome = Outcome(chunk_size=problem.chunk_size)
+        result = None
         try:
-            result = self._load(p)(**inputs.to(self.device).kwargs())
-            self._sync()
+            kwargs = inputs.to(self.device).kwargs()
+            result = self._answer(problem, p, self._load(p), kwargs)
             self._judge(problem, result, None, outcome)
         except Exception as exc:
             outcome.fail("error", records.error_message(exc))
+            result = None
             self._free()
             self._health(p.name)
-        return result if outcome.status == "ok" else None
+        # copied out of the poisoned pool, which it would otherwise pin whole
+        return _copied(result) if outcome.status == "ok" else None
 
     def _unchecked(self, problem: Problem) -> str:
         """Why a provider's answer cannot be checked at this point, and what to change."""
@@ -503,12 +511,7 @@ class Sweep:
                         fn = functools.partial(fn, **extra)
                     if tuning:  # tune again; the first tuning's picks are in its snapshot
                         p.self_tuning.forget()
-                    if self.on_cuda:  # once-only work outside the pool: Triton's autotuning
-                        fn(**kwargs)  # allocates a 256 MiB flush buffer per tuning
-                        self._sync()
-                    with self._poisoned(problem, p):
-                        result = fn(**kwargs)
-                        self._sync()
+                    result = self._answer(problem, p, fn, kwargs)
                     if p.tuning_report is not None:
                         outcome.tuning["picks"] = p.tuning_report()
                     self._judge(problem, result, expected, outcome)

@@ -202,6 +202,14 @@ def test_a_tuning_cache_that_is_a_folder_fails_before_any_gpu_work(tmp_path, mon
     config.validate(bench("sweep=smoke", "tune=cached"))
 
 
+def test_an_allocator_setting_that_defeats_the_poison_fails_before_any_gpu_work(
+    monkeypatch,
+) -> None:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    with pytest.raises(ConfigError, match="the allocator setting expandable_segments in"):
+        config.validate(bench("sweep=smoke"))
+
+
 def test_points_neither_the_reference_nor_the_fallback_can_check_fail_first() -> None:
     """Past the reference's memory budget the fallback (Triton) checks the answers, but not
     where its int32 offsets wrap: such a point is refused before any GPU work."""

@@ -66,13 +66,16 @@ def test_tolerances_order_by_precision() -> None:
 
 
 class FakePool:
-    """A MemPool whose snapshot lists one segment per fill, and one more per `grow`."""
+    """A MemPool whose snapshot lists one segment per fill, and each one `add`ed."""
 
     def __init__(self) -> None:
         self.segments: list[int] = []
 
-    def snapshot(self) -> list[int]:
-        return list(self.segments)
+    def add(self) -> None:
+        self.segments.append(len(self.segments) << 21)  # a new address
+
+    def snapshot(self) -> list[dict]:
+        return [{"address": address, "total_size": 2 << 20} for address in self.segments]
 
 
 def _fake_cuda(monkeypatch: pytest.MonkeyPatch, calls: list[tuple], pool: FakePool) -> None:
@@ -90,7 +93,7 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, calls: list[tuple], pool: FakePo
 
     def fill(nbytes: int, gpu: torch.device) -> None:
         calls.append(("fill", nbytes, gpu))
-        pool.segments.append(nbytes)
+        pool.add()
 
     monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool)
     monkeypatch.setattr(correctness, "poison_block", fill)
@@ -138,13 +141,34 @@ def test_a_call_that_allocates_past_the_poisoned_pool_is_not_trusted(
     _fake_cuda(monkeypatch, [], pool)
     with pytest.raises(correctness.PoisonOverflow, match=f"1 segment.*past its poisoned.*{why}"):
         with correctness.poisoned_allocations("cuda", nbytes):
-            pool.segments.append(2 << 20)
+            pool.add()
 
 
-def test_expandable_segments_are_refused(monkeypatch) -> None:
-    """A segment that grows in place adds no segment: an overflow would go unseen."""
+def test_a_segment_released_and_another_made_in_its_place_is_seen(monkeypatch) -> None:
+    pool = FakePool()
+    _fake_cuda(monkeypatch, [], pool)
+    with pytest.raises(correctness.PoisonOverflow, match="1 segment"):
+        with correctness.poisoned_allocations("cuda", 64 << 20):
+            pool.segments.pop()
+            pool.segments.append(1 << 40)
+
+
+@pytest.mark.parametrize(
+    ("conf", "setting"),
+    [("expandable_segments:True", "expandable_segments"),
+     ("garbage_collection_threshold:0.6, max_split_size_mb:512", "max_split_size_mb"),
+     ("backend:cudaMallocAsync", "backend")],
+)  # fmt: skip
+def test_allocator_settings_that_defeat_the_poison_are_refused(
+    monkeypatch, conf: str, setting: str
+) -> None:
+    """A segment that grows in place adds no segment (an overflow would go unseen), a split size
+    keeps the large block from small requests, and the async backend has no pools."""
     _fake_cuda(monkeypatch, [], FakePool())
-    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512,expandable_segments:True")
-    with pytest.raises(correctness.PoisonOverflow, match="expandable_segments"):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    assert f"the allocator setting {setting} in" in correctness.allocator_conflict()
+    with pytest.raises(RuntimeError, match=setting):
         with correctness.poisoned_allocations("cuda", 64 << 20):
             pass
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.6")
+    assert correctness.allocator_conflict() is None

@@ -112,19 +112,11 @@ def test_working_set_bytes_hand_computed() -> None:
     [(65536, 128, 256, 256), (65536, 128, 256, 128), (16384, 32, 256, 128), (1024, 32, 64, 256),
      (4096, 64, 128, 128), (2048, 128, 64, 128)],
 )  # fmt: skip
-def test_working_set_bytes_holds_what_the_cutile_forward_allocates(
-    seqlen: int, nheads: int, dstate: int, chunk: int
-) -> None:
-    """Every tensor cuTile's forward allocates, summed (on meta tensors, as its launches are
-    recorded without a GPU), fits the poisoned block, so its output is cut from it."""
-    pytest.importorskip("cuda.tile", reason="cuda-tile is not installed")
+def _allocated_bytes(forward, kwargs: dict) -> int:
+    """Bytes of every tensor `forward` creates by a factory op (empty, zeros, full and their
+    _like forms), summed: an upper bound on what it holds at once."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from harness.inputs import meta_inputs
-    from kernels.cutile import launch
-    from kernels.cutile.config import inputs_default_config
-    from kernels.cutile.ssd import launch_forward_of
 
     aten = torch.ops.aten
     factories = {
@@ -142,12 +134,55 @@ def test_working_set_bytes_holds_what_the_cutile_forward_allocates(
                 self.total += out.untyped_storage().nbytes()
             return out
 
+    allocations = Allocations()
+    with allocations:
+        forward(**kwargs)
+    return allocations.total
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "nheads", "dstate", "chunk"),
+    [(65536, 128, 256, 256), (65536, 128, 256, 128), (16384, 32, 256, 128), (1024, 32, 64, 256),
+     (4096, 64, 128, 128), (2048, 128, 64, 128)],
+)  # fmt: skip
+def test_working_set_bytes_holds_what_the_cutile_forward_allocates(
+    seqlen: int, nheads: int, dstate: int, chunk: int
+) -> None:
+    """Every tensor cuTile's forward allocates, summed (on meta tensors, as its launches are
+    recorded without a GPU), fits the poisoned block, so its output is cut from it."""
+    pytest.importorskip("cuda.tile", reason="cuda-tile is not installed")
+    import functools
+
+    from harness.inputs import meta_inputs
+    from kernels.cutile import launch
+    from kernels.cutile.config import inputs_default_config
+    from kernels.cutile.ssd import launch_forward_of
+
     problem = Problem(seqlen=seqlen, nheads=nheads, dstate=dstate, chunk_size=256)
     kwargs = {**meta_inputs(problem).kwargs(), "chunk_size": chunk}
-    allocations = Allocations()
-    with launch.recorded(132), allocations:
-        launch_forward_of(kwargs, inputs_default_config(kwargs))
-    assert output_bytes(problem) < allocations.total <= working_set_bytes(problem)
+    forward = functools.partial(launch_forward_of, config=inputs_default_config(kwargs))
+    with launch.recorded(132):
+        total = _allocated_bytes(lambda **kw: forward(kw), kwargs)
+    assert output_bytes(problem) < total <= working_set_bytes(problem)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("chunk", [64, 32])
+def test_working_set_bytes_holds_what_the_triton_forward_allocates(dtype: str, chunk: int) -> None:
+    """Triton too (its interpreter on the CPU; its copies of the arguments are the interpreter's
+    own, not factory ops), with every option that adds an output, at the problem's chunk and
+    the half that chunk_policy=fastest runs."""
+    from harness.inputs import make_inputs
+    from kernels import triton_ssd
+
+    problem = Problem(
+        seqlen=1024, nheads=8, headdim=16, dstate=32, chunk_size=64, dtype=dtype, has_z=True,
+        has_initial_states=True, return_final_states=True,
+    )  # fmt: skip
+    kwargs = {**make_inputs(problem, seed=0, device="cpu").kwargs(), "chunk_size": chunk}
+    total = _allocated_bytes(triton_ssd.ssd_forward, kwargs)
+    assert output_bytes(problem) < total <= working_set_bytes(problem)
 
 
 def test_min_bytes_scale_with_seqlen() -> None:

@@ -56,15 +56,22 @@ def test_a_dry_run_needs_no_gpu(monkeypatch: pytest.MonkeyPatch, capsys) -> None
     out = capsys.readouterr().out
     assert "sweep smoke: 4 of 4 points x 2 providers" in out
     assert "sweep paper: 15 of 15 points x 2 providers" in out
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["-m", "dry_run=true,false", "sweep=smoke"])
+    assert exit_.value.code == 2
+    assert "dry_run must be the same in every job" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(load_module().cuda_device_count() > 0, reason="this machine has a CUDA GPU")
-def test_a_dry_run_past_the_preflight_is_a_dry_run_too() -> None:
+def test_a_dry_run_past_the_preflight_is_a_dry_run_too(tmp_path: Path) -> None:
     """With --config-name the preflight is Hydra's, and the job itself prints the plan: it must
     never start a sweep (nor want a GPU)."""
-    done = run_script("--config-name=config", "dry_run=true", "sweep=smoke", "hydra.run.dir=/tmp")
+    out = f"hydra.run.dir={tmp_path}"
+    done = run_script("--config-name=config", "dry_run=true", "sweep=smoke", out)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sweep smoke: 4 of 4 points x 2 providers")
+    done = run_script("--config-name=config", "dry_run=false", "sweep=smoke", out)
+    assert done.returncode == 1 and "no CUDA GPU found" in done.stderr
 
 
 def test_printing_the_config_needs_no_gpu() -> None:

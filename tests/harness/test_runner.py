@@ -21,7 +21,6 @@ import torch
 
 from harness import config, correctness, providers, records, runner
 from harness.config import ConfigError
-from harness.problem import working_set_bytes
 from harness.providers import Provider
 from harness.timing import Call
 from kernels import reference
@@ -159,8 +158,10 @@ def test_the_limit_is_the_dtypes_tolerance(tmp_path: Path) -> None:
 
 
 def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch) -> None:
-    """On a GPU every checked call runs inside correctness.poisoned_allocations, as large as the
-    point's working set; here the sweep is told it is on CUDA and the pool is recorded."""
+    """On a GPU every checked call runs inside correctness.poisoned_allocations, as large as its
+    provider's working set, after a first call outside it (Triton tunes there); the fallback's
+    answer, kept to check the others, is copied out of its pool. Here the sweep is told it is
+    on CUDA and the pool is recorded."""
     events: list[tuple[str, int]] = []
 
     @contextmanager
@@ -175,27 +176,37 @@ def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch)
         init(self, *args, **kwargs)
         self.on_cuda = True
 
+    copied = []
+    copy = runner._copied
     monkeypatch.setattr(runner.Sweep, "__init__", on_cuda)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(correctness, "poisoned_allocations", poisoned)
+    monkeypatch.setattr(runner, "_copied", lambda result: copied.append(1) or copy(result))
     answer = _answer()
 
     def good(**kwargs):
         events.append(("call", kwargs["x"].shape[1]))
         return answer(**kwargs)
 
-    monkeypatch.setitem(providers._PROVIDERS, "good", fake("good", good))
+    bound = {32: 1 << 20, 64: 3 << 20}  # its own, not problem.working_set_bytes
+    provider = dataclasses.replace(fake("good", good), working_set=lambda p: bound[p.seqlen])
+    monkeypatch.setitem(providers._PROVIDERS, "good", provider)
     cfg = make_cfg(tmp_path, ["good"], "timing.modes=[eager]")
     df, _ = records.load_run(sweep(cfg))
     assert set(df["status"]) == {"ok"}
-    sizes = {p.seqlen: working_set_bytes(p) for p in config.validate(cfg)}
     entered = [i for i, (kind, _) in enumerate(events) if kind == "poison"]
-    assert len(entered) == len(sizes)  # one checked call per point (one chunk length)
+    assert len(entered) == len(bound)  # one checked call per point (one chunk length)
     for i in entered:
         seqlen = events[i + 1][1]
-        assert events[i + 1][0] == "call" and events[i][1] == sizes[seqlen], events
-        assert events[i + 2] == ("left", sizes[seqlen]), events  # the call, and only it, inside
+        assert events[i - 1] == ("call", seqlen), events  # the first call, outside
+        assert events[i + 1][0] == "call" and events[i][1] == bound[seqlen], events
+        assert events[i + 2] == ("left", bound[seqlen]), events  # the call, and only it, inside
+    assert not copied  # against the float64 reference: nothing kept
+    fallback = make_cfg(tmp_path, ["good"], "timing.modes=[eager]", "check.reference_max_gib=0",
+                        "check.fallback=good")  # fmt: skip
+    sweep(fallback)
+    assert len(copied) == len(bound)
 
 
 def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:

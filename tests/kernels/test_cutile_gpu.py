@@ -16,7 +16,7 @@ import torch
 
 from harness.correctness import TOLERANCE, passes, poisoned_allocations, relative_error
 from harness.inputs import SSDInputs, make_inputs
-from harness.problem import Problem
+from harness.problem import Problem, working_set_bytes
 from kernels.cutile.config import SSDConfig
 
 pytestmark = pytest.mark.gpu
@@ -122,7 +122,7 @@ def _run(fn, inputs: SSDInputs, captured: bool = False, poisoned: bool = True):
         result = _replayed(fn, inputs.kwargs())
     elif poisoned:
         fn(**inputs.kwargs())
-        with poisoned_allocations("cuda", 1 << 30):
+        with poisoned_allocations("cuda", working_set_bytes(inputs.problem)):
             result = fn(**inputs.kwargs())
     else:
         result = fn(**inputs.kwargs())
@@ -520,7 +520,7 @@ def test_c_b_beside_the_walk_replays_in_a_cuda_graph(out_cb: int) -> None:
     )
     kwargs = make_inputs(problem, seed=_seed("cb-graph"), device="cuda").kwargs()
     ssd_forward(**kwargs, config=config)  # once-only work outside the pool, as in _run
-    with poisoned_allocations("cuda", 1 << 30):
+    with poisoned_allocations("cuda", working_set_bytes(problem)):
         eager = ssd_forward(**kwargs, config=config)
     err = relative_error(eager, reference_forward(**kwargs))
     print(f"[cutile-vs-float64] cb-graph out_cb={out_cb} out={err:.3e}")
@@ -553,7 +553,7 @@ def test_scaled_c_b_past_fp16_range(captured: bool) -> None:
         out = _replayed(forward, kwargs)
     else:
         forward(**kwargs)  # once-only work outside the pool, as in _run
-        with poisoned_allocations("cuda", 1 << 30):
+        with poisoned_allocations("cuda", working_set_bytes(problem)):
             out = forward(**kwargs)
     ref = reference_forward(**kwargs)
     err = relative_error(out, ref)
