@@ -37,7 +37,7 @@ NO_GPU = (
 # Hydra flags that only print information: they need neither a GPU nor a valid sweep.
 INFO_FLAGS = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--info", "-i"}
 MULTIRUN_FLAGS = {"-m", "--multirun"}
-DRY_RUN_ON = {f"dry_run={value}" for value in ("true", "yes", "on", "1")}  # as OmegaConf reads
+DRY_RUN_OFF = {"false", "no", "off", "n", "0"}  # what OmegaConf reads as False
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
@@ -51,6 +51,13 @@ def cuda_device_count() -> int:
     if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+def _asks_dry_run(arg: str) -> bool:
+    """Whether an override may set dry_run (`_task` reads the composed value and checks the GPU
+    where it does not): `dry_run=…`, `++dry_run=…`, any value OmegaConf would not read as off."""
+    key, _, value = arg.partition("=")
+    return key.lstrip("+") == "dry_run" and value.strip("'\"").lower() not in DRY_RUN_OFF
 
 
 def _fail(message: str, code: int) -> None:
@@ -253,7 +260,7 @@ def main(args: list[str]) -> None:
         # A remote launcher's jobs check on their own nodes; a dry run the preflight did not
         # see (--config-name …) needs no GPU, _task prints its plan.
         remote = any(a.startswith("hydra/launcher=") for a in args)
-        dry = not preflight and any(a.lower() in DRY_RUN_ON for a in args)
+        dry = not preflight and any(_asks_dry_run(a) for a in args)
         if not (remote or dry) and cuda_device_count() == 0:
             _fail(NO_GPU, 1)
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task)()

@@ -257,7 +257,7 @@ def _check(ok: bool, message: str) -> None:
 def validate(cfg: BenchConfig) -> list[Problem]:
     """Check every value the schema cannot; returns the sweep's points."""
     from harness import providers, stats
-    from harness.correctness import allocator_conflict
+    from harness.environment import allocator_conflict
 
     conflict = allocator_conflict()
     _check(conflict is None, str(conflict))

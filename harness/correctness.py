@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 
 import torch
+
+from harness import environment
 
 # ‖out − ref‖ / ‖ref‖ limits against the float64 reference. Errors come from rounding the inputs
 # of each tensor-core product to the input dtype (bf16: 8 bits of mantissa, fp16 and TF32: 11).
@@ -79,11 +80,11 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
     problems). In the shared pool a provider's output was served by whatever free block fit
     best, often the free tail of a segment an input lives in, holding an earlier answer. Make
     `nbytes` a bound on everything the call allocates (problem.working_set_bytes). An allocation
-    the pool cannot serve from poisoned memory (past `nbytes`, on another stream) adds a segment
-    to it, which raises PoisonOverflow on the way out. The tensors made inside stay valid after
-    it; the cache is emptied first, which also returns the previous check's pool.
+    the pool cannot serve from poisoned memory (past `nbytes`, on another stream) asks the
+    driver for more, which raises PoisonOverflow on the way out. The tensors made inside stay
+    valid after it; the cache is emptied first, which also returns the previous check's pool.
     """
-    conflict = allocator_conflict()
+    conflict = environment.allocator_conflict()
     if conflict:
         raise RuntimeError(conflict)
     index = torch.device(device).index  # use_mem_pool wants one: "cuda" means the current GPU
@@ -98,9 +99,9 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
             small = [poison_block(1 << 19, gpu) for _ in range(_SMALL_BLOCKS)]
             large = poison_block(filled, gpu)
             del small, large
-            poisoned = _segments(pool)
+            before = _device_allocations(gpu)
             yield
-            added = len(_segments(pool) - poisoned)
+            added = _device_allocations(gpu) - before
         if added:
             short = (
                 f"the GPU's free memory held only {filled / 2**30:.2f} GiB of the "
@@ -110,35 +111,16 @@ def poisoned_allocations(device: torch.device | str, nbytes: int) -> Iterator[No
                 "too small (harness.providers, working_set)"
             )
             raise PoisonOverflow(
-                f"the checked call allocated {added} segment(s) past its poisoned memory (or on "
-                f"another stream), so part of its answer may lie in unfilled memory: {short}"
+                f"the checked call took {added} new segment(s) of device memory past its "
+                "poisoned pool (or on another stream), so part of its answer may lie in memory "
+                f"never filled with NaN: {short}"
             )
     finally:
         del pool  # now, not when a traceback lets go of this frame: a late release aborts
 
 
-def _segments(pool: torch.cuda.MemPool) -> set[int]:
-    """The addresses of the pool's segments: one released and another made in its place still
-    shows as new."""
-    return {segment["address"] for segment in pool.snapshot()}
-
-
-def allocator_conflict() -> str | None:
-    """Why the caching allocator's settings would defeat poisoned_allocations (checked with the
-    config, before any GPU work), or None."""
-    names = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-    conf = ",".join(os.environ.get(name, "") for name in names).replace(" ", "").lower()
-    reasons = {
-        "expandable_segments:true": "lets a segment grow in place, into memory never filled "
-        "with NaN, where no new segment shows it",
-        "max_split_size_mb": "keeps the large poisoned block from serving smaller requests",
-        "backend:cudamallocasync": "has no memory pools",
-    }
-    for setting, why in reasons.items():
-        if setting in conf:
-            return (
-                f"the allocator setting {setting.split(':')[0]} in PYTORCH_CUDA_ALLOC_CONF / "
-                f"PYTORCH_ALLOC_CONF {why}, so answers could not be checked on NaN-filled "
-                "memory (docs/correctness.md): unset it"
-            )
-    return None
+def _device_allocations(gpu: torch.device) -> int:
+    """How many times the caching allocator has asked the driver for memory on `gpu`: inside the
+    pool, any new one is memory never filled with NaN (even at an address a freed poisoned
+    segment had)."""
+    return torch.cuda.memory_stats(gpu)["num_device_alloc"]

@@ -249,3 +249,24 @@ def capture(index: int | None) -> dict[str, object]:
 def gpu_slug(name: str) -> str:
     """Directory name of a GPU: 'NVIDIA H200' -> 'nvidia-h200'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def allocator_conflict() -> str | None:
+    """Why PyTorch's caching allocator settings would defeat correctness.poisoned_allocations
+    (checked with the config, before any GPU work), or None."""
+    names = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    conf = ",".join(os.environ.get(name, "") for name in names).replace(" ", "").lower()
+    reasons = {
+        "expandable_segments:true": "lets a segment grow in place, into memory never filled "
+        "with NaN, where no new segment shows it",
+        "max_split_size_mb": "keeps the large poisoned block from serving smaller requests",
+        "backend:cudamallocasync": "has no memory pools",
+    }
+    for setting, why in reasons.items():
+        if setting in conf:
+            return (
+                f"the allocator setting {setting.split(':')[0]} in PYTORCH_CUDA_ALLOC_CONF / "
+                f"PYTORCH_ALLOC_CONF {why}, so answers could not be checked on NaN-filled "
+                "memory (docs/correctness.md): unset it"
+            )
+    return None

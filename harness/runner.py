@@ -445,18 +445,20 @@ class Sweep:
         if p.unsupported(problem, self.device):
             return None
         outcome = Outcome(chunk_size=problem.chunk_size)
-        result = None
+        answer = None
         try:
             kwargs = inputs.to(self.device).kwargs()
             result = self._answer(problem, p, self._load(p), kwargs)
             self._judge(problem, result, None, outcome)
+            if outcome.status == "ok":  # out of the poisoned pool, which it would pin whole
+                answer = _copied(result)
+            del result
         except Exception as exc:
             outcome.fail("error", records.error_message(exc))
-            result = None
+            answer = None
             self._free()
             self._health(p.name)
-        # copied out of the poisoned pool, which it would otherwise pin whole
-        return _copied(result) if outcome.status == "ok" else None
+        return answer
 
     def _unchecked(self, problem: Problem) -> str:
         """Why a provider's answer cannot be checked at this point, and what to change."""

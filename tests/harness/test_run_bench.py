@@ -74,6 +74,15 @@ def test_a_dry_run_past_the_preflight_is_a_dry_run_too(tmp_path: Path) -> None:
     assert done.returncode == 1 and "no CUDA GPU found" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("arg", "asks"),
+    [("dry_run=true", True), ("++dry_run=True", True), ("dry_run=y", True), ("dry_run='1'", True),
+     ("dry_run=false", False), ("dry_run=Off", False), ("sweep=dry_run", False)],
+)  # fmt: skip
+def test_which_overrides_may_ask_for_a_dry_run(arg: str, asks: bool) -> None:
+    assert load_module()._asks_dry_run(arg) is asks
+
+
 def test_printing_the_config_needs_no_gpu() -> None:
     done = run_script("--cfg", "job", "sweep=models")
     assert done.returncode == 0, done.stderr

@@ -204,9 +204,18 @@ def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch)
         assert events[i + 2] == ("left", bound[seqlen]), events  # the call, and only it, inside
     assert not copied  # against the float64 reference: nothing kept
     fallback = make_cfg(tmp_path, ["good"], "timing.modes=[eager]", "check.reference_max_gib=0",
-                        "check.fallback=good")  # fmt: skip
+                        "check.fallback=good", "run_id=r1")  # fmt: skip
     sweep(fallback)
     assert len(copied) == len(bound)
+    # A resume adding a provider runs the fallback again for its answer alone, poisoned alike.
+    events.clear()
+    resumed = make_cfg(tmp_path, ["good", "good2"], "timing.modes=[eager]",
+                       "check.reference_max_gib=0", "check.fallback=good", "run_id=r1")  # fmt: skip
+    df, _ = records.load_run(sweep(resumed))
+    assert set(by(df, "good2")["check_against"]) == {"provider:good"}
+    assert len(copied) == 2 * len(bound)
+    fallbacks = [n for kind, n in events if kind == "poison" and n in bound.values()]
+    assert fallbacks == [bound[32], bound[64]]  # good2's are its own bound's
 
 
 def test_full_sweep_records_statuses_and_timings(tmp_path: Path) -> None:
