@@ -246,10 +246,10 @@ def main(args: list[str]) -> None:
             jobs = config.preflight(args)
         except config.ConfigError as exc:
             _fail(f"ssdbench: config error: {exc}", 2)
-        dry = {job.dry_run for job in jobs}
-        if dry == {True, False}:
+        dry_runs = {job.dry_run for job in jobs}
+        if dry_runs == {True, False}:
             _fail("ssdbench: config error: dry_run must be the same in every job", 2)
-        if dry == {True}:
+        if dry_runs == {True}:
             from harness import plan
 
             print("\n".join(plan.render(job) for job in jobs), end="")

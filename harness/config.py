@@ -257,9 +257,8 @@ def _check(ok: bool, message: str) -> None:
 def validate(cfg: BenchConfig) -> list[Problem]:
     """Check every value the schema cannot; returns the sweep's points."""
     from harness import providers, stats
-    from harness.environment import allocator_conflict
 
-    conflict = allocator_conflict()
+    conflict = environment.allocator_conflict()
     _check(conflict is None, str(conflict))
     t = cfg.timing
     _check(bool(t.modes), "timing.modes must name at least one mode")

@@ -257,8 +257,8 @@ def allocator_conflict() -> str | None:
     names = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
     conf = ",".join(os.environ.get(name, "") for name in names).replace(" ", "").lower()
     reasons = {
-        "expandable_segments:true": "lets a segment grow in place, into memory never filled "
-        "with NaN, where no new segment shows it",
+        "expandable_segments:true": "grows a segment in place, so a request can get pages "
+        "never filled with NaN",
         "max_split_size_mb": "keeps the large poisoned block from serving smaller requests",
         "backend:cudamallocasync": "has no memory pools",
     }

@@ -316,14 +316,15 @@ class Sweep:
             torch.cuda.synchronize()
 
     def _answer(self, problem: Problem, p: providers.Provider, fn: Callable, kwargs: dict):
-        """The answer of a call to check. On a GPU: after a first call outside the pool, which
-        does what is done once (Triton's autotuning, with a 256 MiB flush buffer per tuning),
-        the call made inside NaN-filled memory as large as the provider's working set
-        (correctness.poisoned_allocations)."""
+        """The answer of a call to check. On a GPU, the call made inside NaN-filled memory as
+        large as the provider's working set (correctness.poisoned_allocations), after a first
+        call outside it where the provider tunes itself (Triton's autotuning allocates a 256 MiB
+        flush buffer per tuning)."""
         if not self.on_cuda:
             return fn(**kwargs)
-        fn(**kwargs)
-        self._sync()
+        if p.self_tuning is not None:
+            fn(**kwargs)
+            self._sync()
         with correctness.poisoned_allocations(self.device, p.working_set(problem)):
             result = fn(**kwargs)
             self._sync()
@@ -455,7 +456,6 @@ class Sweep:
             del result
         except Exception as exc:
             outcome.fail("error", records.error_message(exc))
-            answer = None
             self._free()
             self._health(p.name)
         return answer
@@ -504,7 +504,6 @@ class Sweep:
                 self._chunk_lengths(problem, p), range(2 if twice else 1)
             ):
                 outcome = outcomes[p.name] = Outcome(chunk_size=chunk)  # the culprit's, if any
-                result = None
                 try:
                     fn = self._load(p)
                     kwargs = {**inputs.to(self.device).kwargs(), "chunk_size": chunk}

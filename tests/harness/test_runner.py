@@ -159,9 +159,9 @@ def test_the_limit_is_the_dtypes_tolerance(tmp_path: Path) -> None:
 
 def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch) -> None:
     """On a GPU every checked call runs inside correctness.poisoned_allocations, as large as its
-    provider's working set, after a first call outside it (Triton tunes there); the fallback's
-    answer, kept to check the others, is copied out of its pool. Here the sweep is told it is
-    on CUDA and the pool is recorded."""
+    provider's working set, after a first call outside it for a self-tuning provider (Triton
+    tunes there); the fallback's answer, kept to check the others, is copied out of its pool.
+    Here the sweep is told it is on CUDA and the pool is recorded."""
     events: list[tuple[str, int]] = []
 
     @contextmanager
@@ -190,7 +190,10 @@ def test_each_checked_call_allocates_from_a_poisoned_pool(tmp_path, monkeypatch)
         return answer(**kwargs)
 
     bound = {32: 1 << 20, 64: 3 << 20}  # its own, not problem.working_set_bytes
-    provider = dataclasses.replace(fake("good", good), working_set=lambda p: bound[p.seqlen])
+    tunes = providers.SelfTuning(lambda: None, lambda: None, lambda picks: None)  # as Triton
+    provider = dataclasses.replace(
+        fake("good", good), working_set=lambda p: bound[p.seqlen], self_tuning=tunes
+    )
     monkeypatch.setitem(providers._PROVIDERS, "good", provider)
     cfg = make_cfg(tmp_path, ["good"], "timing.modes=[eager]")
     df, _ = records.load_run(sweep(cfg))
