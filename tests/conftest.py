@@ -35,6 +35,16 @@ def _selects_gpu_tests(markexpr: str) -> bool:
     return any(w == "gpu" and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """On a GPU machine, refuse allocator settings that defeat the poisoned pool: the allocator
+    reads them once, before any test could unset them (the fixture below does so only for the
+    config checks), so every GPU check would run under them."""
+    from harness.environment import allocator_conflict
+
+    if HAS_CUDA_GPU and (conflict := allocator_conflict()):
+        raise pytest.UsageError(f"the GPU tests: {conflict}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without a GPU the `gpu` tests are skipped; with one, the `interpreter` tests (Triton then
     compiles for the GPU and refuses their CPU tensors; test_matches_reference_on_gpu covers it)."""
@@ -54,7 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _default_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The caching allocator as the harness needs it (environment.allocator_conflict): a machine
-    exporting, say, expandable_segments must not fail every test that validates a config."""
+    """The caching allocator as the harness needs it (environment.allocator_conflict): a CPU
+    machine exporting, say, expandable_segments must not fail every test that validates a config
+    (a GPU machine refuses them in pytest_configure)."""
     for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         monkeypatch.delenv(name, raising=False)
