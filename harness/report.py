@@ -29,14 +29,27 @@ _MS = ("median_ms", "ci_low_ms", "ci_high_ms")
 
 
 def latest_run(results: Path) -> Path:
-    """Newest run directory, results/<gpu-slug>/<run-id>/, by the time its meta.json says it was
-    created (a clone's files all carry the checkout's time), then by modification time; the
-    reference runs under results/baselines/ are skipped. FileNotFoundError when there is none."""
+    """Newest complete run directory, results/<gpu-slug>/<run-id>/, by the time its meta.json
+    says it was created (a clone's files all carry the checkout's time), then by modification
+    time; the reference runs under results/baselines/ are skipped. A run that holds fewer points
+    than its sweep planned (cut short, not yet resumed) is passed over while a complete one
+    exists, so a reader is not handed half a sweep by default. FileNotFoundError when there is
+    no run at all."""
     markers = [*results.glob("*/*/meta.json"), *results.glob("*/*/results.parquet")]
-    runs = {m.parent for m in markers if m.parent.parent.name != "baselines"}
+    runs = sorted({m.parent for m in markers if m.parent.parent.name != "baselines"}, key=_created)
     if not runs:
         raise FileNotFoundError(f"no run directory under {results}")
-    return max(runs, key=_created)
+    return next((run for run in reversed(runs) if _complete(run)), runs[-1])
+
+
+def _complete(run: Path) -> bool:
+    """Whether the run holds every point its sweep planned, for every provider (True where its
+    meta does not say what was planned: nothing shows it partial); False where it cannot be read."""
+    try:
+        df, meta = records.load_run(run)
+    except (records.RecordsError, OSError, ValueError):
+        return False
+    return not missing_points(df, meta)
 
 
 def _created(run: Path) -> tuple[str, float]:
@@ -180,16 +193,27 @@ def prepared_text(prepared: dict[str, dict]) -> str:
     return "; ".join(parts)
 
 
-def coverage_section(df: pd.DataFrame, meta: dict) -> str | None:
-    """How many of the sweep's points every provider measured, from the sweep and providers in
-    the run's meta, so that a run cut short (a time limit, a lost node) reads as partial and
-    names what a resume of its run_id still has to measure. None where the meta lacks them."""
+def missing_points(df: pd.DataFrame, meta: dict) -> list[str] | None:
+    """The sweep's point keys that some provider of the run has not measured, from the sweep and
+    providers in the run's meta (a time limit or a lost node cuts a run short); None where the
+    meta lacks them."""
     planned = planned_points(meta)
     names = (meta.get("config") or {}).get("providers", {}).get("names")
     if planned is None or not names:
         return None
     measured = set(zip(df["point"], df["provider"], strict=True)) if len(df) else set()
-    missing = [key for key in planned if any((key, name) not in measured for name in names)]
+    return [key for key in planned if any((key, name) not in measured for name in names)]
+
+
+def coverage_section(df: pd.DataFrame, meta: dict) -> str | None:
+    """How many of the sweep's points every provider measured, so that a run cut short reads as
+    partial and names what a resume of its run_id still has to measure. None where the meta
+    lacks the sweep or providers."""
+    missing = missing_points(df, meta)
+    if missing is None:
+        return None
+    planned = planned_points(meta)
+    names = meta["config"]["providers"]["names"]
     text = (
         f"## Coverage\n\n{len(planned) - len(missing)} of the sweep's {len(planned)} points "
         f"measured by every provider ({', '.join(names)})."

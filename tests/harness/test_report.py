@@ -168,6 +168,24 @@ def test_latest_run_goes_by_when_a_run_was_created_not_by_its_files(tmp_path: Pa
     assert report.latest_run(tmp_path) == touched_last
 
 
+def test_latest_run_passes_over_a_run_cut_short(tmp_path: Path) -> None:
+    """A run resumed later (a time limit, a lost node) is the newest while it is partial: the
+    default is then the newest complete run, and the newest partial one only when none is
+    complete."""
+    axes = {"sweep.seqlen": [1024, 4096, 16384], "sweep.nheads": [32, 64]}
+    axes |= {"sweep.dstate": [64, 128], "providers.names": ["cutile", "triton"]}
+    runs = {}
+    for name, created in (("full", "21:00"), ("cut", "22:00")):
+        rows = synthetic_table(run_id=name)
+        if name == "cut":
+            rows = rows[rows["point"] != rows["point"].iloc[-1]]
+        meta = {**synthetic_meta(name, settings=axes), "created": f"2026-12-05T{created}:00+00:00"}
+        runs[name] = write_run(tmp_path / "nvidia-h200" / name, rows, meta)
+    assert report.latest_run(tmp_path) == runs["full"]
+    (runs["full"] / "meta.json").write_text("{torn")  # unreadable: not known to be complete
+    assert report.latest_run(tmp_path) == runs["cut"]
+
+
 def test_report_on_a_run_with_nothing_timed(tmp_path: Path) -> None:
     table = synthetic_table(modes=("graph",))
     table.loc[table["provider"] == "cutile", ["status", "error"]] = ["unsupported", "no sm_90"]
