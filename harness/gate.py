@@ -1,15 +1,18 @@
-"""Regression gate: compare the cuTile-over-Triton speedup of a candidate run with a baseline run.
+"""Regression gate: compare a candidate run's speedup of one provider over another (cuTile over
+Triton by default) with a baseline run's.
 
     python -m harness.gate --baseline RUN --candidate RUN [--mode graph] [--tolerance 0.05]
-        [--metric speedup|cutile-time] [--floor X] [--require-points all|KEY,KEY|FILE]
-        [--allow-different-gpus] [--allow-different-settings] [--fail-on-ambiguous]
-        [--report-md PATH] [--report-json PATH]
+        [--provider cutile] [--against triton] [--metric speedup|PROVIDER-time] [--floor X]
+        [--require-points all|KEY,KEY|FILE] [--allow-different-gpus]
+        [--allow-different-settings] [--fail-on-ambiguous] [--report-md PATH] [--report-json PATH]
 
-Verdict per point, from each run's speedup S and its interval [lo, hi] (analysis.speedups:
-the extreme-end combination of the two recorded 95 % CIs of the median), change = S_cand / S_base.
-With --metric cutile-time, S is cuTile's own rate, 1 / its median time, with the interval of its
-recorded CI, so Triton's run-to-run changes (its per-point autotune picks) cannot fail a point;
-a point is then timed when cuTile's status is ok, whatever Triton's:
+The speedup is --against's time over --provider's (by default triton's over cutile's; any two
+registered providers both runs timed). Verdict per point, from each run's speedup S and its
+interval [lo, hi] (analysis.speedups: the extreme-end combination of the two recorded 95 % CIs of
+the median), change = S_cand / S_base. With --metric PROVIDER-time (cutile-time by default), S is
+the provider's own rate, 1 / its median time, with the interval of its recorded CI, so Triton's
+run-to-run changes (its per-point autotune picks) cannot fail a point; a point is then timed when
+the provider's status is ok, whatever the other's:
 
     slower     candidate interval entirely below the baseline's (hi_cand < lo_base) and
                change < 1 - tolerance                                      -> fails
@@ -35,12 +38,13 @@ is flagged "near" without failing.
 
 Exit status: 0 pass; 1 regression (slower, broken, below floor, and with --fail-on-ambiguous a
 downward ambiguous point); 2 unusable input (missing or unreadable file, foreign Parquet, a
-schema version the harness cannot read, a run without rows in the mode or without GPU names,
-different GPUs (between the runs, or within one run whose rows name several GPU models),
-different measurement settings (settings_keys(mode)), required points missing, no comparable
-points), with a one-line message on stderr, and for a bad flag (a report path that is a folder)
-argparse's usage and error. --allow-different-gpus lets both kinds of GPU difference through;
---allow-different-settings the settings.
+schema version the harness cannot read, a run without rows in the mode, without a named
+provider's rows or without GPU names, one provider named twice, a metric other than speedup or
+PROVIDER-time, different GPUs (between the runs, or within one run whose rows name several GPU
+models), different measurement settings (settings_keys(mode)), required points missing, no
+comparable points), with a one-line message on stderr, and for a bad flag (a report path that
+is a folder) argparse's usage and error. --allow-different-gpus lets both kinds of GPU difference
+through; --allow-different-settings the settings.
 """
 
 from __future__ import annotations
@@ -58,8 +62,8 @@ from harness import analysis, markdown, records
 from harness.config import LEGACY_SETTINGS
 
 FAILING = ("slower", "broken")
-#: What a verdict compares: the speedup over Triton, or cuTile's own time (module doc).
-METRICS = ("speedup", "cutile-time")
+#: What a verdict compares: the speedup, or the provider's own time, "<provider>-time" (module doc).
+SPEEDUP = "speedup"
 TIMED_VERDICTS = ("same", "faster", "slower", "ambiguous")
 #: Settings of meta["config"] (dotted paths into runner.MEASUREMENT_KEYS) whose difference makes two
 #: runs' speedups measure different things: what cuTile and Triton run (tune, triton_autotune,
@@ -205,11 +209,16 @@ def floor_flag(cand: float, cand_high: float, floor: float | None) -> str:
     return "near" if cand < floor else ""
 
 
+def time_metric(provider: str) -> str:
+    """The metric that judges `provider`'s own time (cutile-time for cutile)."""
+    return f"{provider}-time"
+
+
 def with_metric(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     """A speedups() table with the compared value, its interval and whether it was timed:
-    `value`, `value_low`, `value_high`, `value_timed` (higher value: cuTile better off)."""
+    `value`, `value_low`, `value_high`, `value_timed` (higher value: the provider better off)."""
     table = table.copy()
-    if metric == "speedup":
+    if metric == SPEEDUP:
         table["value"], table["value_low"] = table["speedup"], table["speedup_low"]
         table["value_high"], table["value_timed"] = table["speedup_high"], table["timed"]
         return table
@@ -226,10 +235,13 @@ def compare(
     cand: pd.DataFrame,
     tolerance: float,
     floor: float | None,
-    metric: str = "speedup",
+    metric: str = SPEEDUP,
 ) -> pd.DataFrame:
     """Point-by-point comparison of two speedups() tables (outer join on the point key), the
-    verdict on `metric` (METRICS); `change` is that metric's candidate over baseline value."""
+    verdict on `metric` (SPEEDUP or time_metric(provider)); `change` is that metric's candidate
+    over baseline value; `<provider>_time_change` and `<against>_time_change` say which side
+    moved (the providers are the tables' `candidate` and `baseline` columns)."""
+    provider, against = base["candidate"].iloc[0], base["baseline"].iloc[0]
     shape = [*analysis.SHAPE_COLUMNS, "dtype"]
     keep = [
         "point",
@@ -269,8 +281,10 @@ def compare(
             # Which side moved: each provider's median in the candidate run over the baseline's.
             # A speedup can drop because Triton got faster, which a gate on speedups rightly
             # flags but a reader must not take for a slower cuTile.
-            "cutile_time_change": joined["candidate_median_ms_c"] / joined["candidate_median_ms_b"],
-            "triton_time_change": joined["baseline_median_ms_c"] / joined["baseline_median_ms_b"],
+            f"{provider}_time_change": joined["candidate_median_ms_c"]
+            / joined["candidate_median_ms_b"],
+            f"{against}_time_change": joined["baseline_median_ms_c"]
+            / joined["baseline_median_ms_b"],
             "ci_wide": joined["ci_wide_b"].fillna(False).astype(bool)
             | joined["ci_wide_c"].fillna(False).astype(bool),
             "baseline_statuses": _statuses(joined, "_b"),
@@ -291,7 +305,8 @@ def compare(
 
 
 def _statuses(joined: pd.DataFrame, suffix: str) -> pd.Series:
-    """'triton/cutile' status pair of one run, '' where the point is absent from it."""
+    """'against/provider' status pair of one run ('triton/cutile' by default), '' where the point
+    is absent from it."""
     b, c = joined[f"baseline_status{suffix}"], joined[f"candidate_status{suffix}"]
     return (b.fillna("") + "/" + c.fillna("")).str.strip("/")
 
@@ -357,14 +372,31 @@ def run_gate(
     allow_different_gpus: bool = False,
     fail_on_ambiguous: bool = False,
     allow_different_settings: bool = False,
-    metric: str = "speedup",
+    metric: str = SPEEDUP,
+    provider: str = "cutile",
+    against: str = "triton",
 ) -> Outcome:
-    """Compare two loaded runs; GateInputError for what makes them incomparable."""
+    """Compare two loaded runs on `provider` against `against`; GateInputError for what makes
+    them incomparable."""
+    if provider == against:
+        raise GateInputError(f"--provider and --against are both {provider}: name two providers")
+    if metric not in (SPEEDUP, time_metric(provider)):
+        raise GateInputError(
+            f"--metric {metric}: use {SPEEDUP} or {time_metric(provider)} (the time of --provider)"
+        )
     notes = []
     for run in (baseline, candidate):
-        if not (run.table["mode"] == mode).any():
+        rows = run.table[run.table["mode"] == mode]
+        if rows.empty:
             modes = ", ".join(sorted(run.table["mode"].unique())) or "none"
             raise GateInputError(f"{run.label} {run.path}: no rows in {mode} mode (has: {modes})")
+        for name in (provider, against) if metric == SPEEDUP else (provider,):
+            if not (rows["provider"] == name).any():
+                timed = ", ".join(sorted(rows["provider"].unique()))
+                raise GateInputError(
+                    f"{run.label} {run.path}: no {name} rows in {mode} mode (providers: {timed}); "
+                    "name the providers to compare with --provider and --against"
+                )
         if not run.gpus:
             raise GateInputError(f"{run.label} {run.path}: its rows record no GPU name")
         if len(run.gpus) > 1:
@@ -388,8 +420,8 @@ def run_gate(
                 "pass --allow-different-settings to compare anyway"
             )
         notes.append(f"Different settings allowed: {differences}.")
-    base_sp = analysis.speedups(baseline.table, mode=mode)
-    cand_sp = analysis.speedups(candidate.table, mode=mode)
+    base_sp = analysis.speedups(baseline.table, against, provider, mode)
+    cand_sp = analysis.speedups(candidate.table, against, provider, mode)
     required = required_points(require, base_sp["point"].tolist())
     for run, sp in ((baseline, base_sp), (candidate, cand_sp)):
         absent = [p for p in required if p not in set(sp["point"])]
@@ -410,7 +442,7 @@ def run_gate(
     points["fails"] = failing
     timed = int(points["verdict"].isin(TIMED_VERDICTS).sum())
     if not failing.any() and timed == 0:
-        who = "both providers" if metric == "speedup" else "cutile"
+        who = "both providers" if metric == SPEEDUP else provider
         raise GateInputError(f"no point has {who} timed (status ok) in both runs in {mode} mode")
     counts = points["verdict"].value_counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if v in counts)
@@ -458,13 +490,15 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
     ]
     lines += [markdown.table(("run", "run id", "GPU", "commit", "path"), run_rows), ""]
     floor = settings.get("floor")
+    provider, against = settings["provider"], settings["against"]
     compared = (
         "the speedup"
-        if settings.get("metric", "speedup") == "speedup"
-        else "cuTile's own time (Triton's is shown, not judged)"
+        if settings["metric"] == SPEEDUP
+        else f"{provider}'s own time ({against}'s is shown, not judged)"
     )
     lines.append(
-        f"Speedup = triton time / cutile time, {settings['mode']} mode; verdicts on {compared}; "
+        f"Speedup = {against} time / {provider} time, {settings['mode']} mode; "
+        f"verdicts on {compared}; "
         f"tolerance {100 * settings['tolerance']:g} %; floor "
         f"{f'{floor:g}x' if floor else 'none'}. "
         "A point is *slower* only when its interval lies wholly below the baseline's and "
@@ -481,19 +515,19 @@ def to_markdown(outcome: Outcome, settings: dict, runs: dict[str, dict]) -> str:
         | (points["floor"] != "")
     ]
     if not attention.empty:
-        lines += ["", "### Points to look at", "", _points_table(attention)]
+        lines += ["", "### Points to look at", "", _points_table(attention, provider, against)]
     lines += [
         "",
         f"<details><summary>All {len(points)} points</summary>",
         "",
-        _points_table(points),
+        _points_table(points, provider, against),
         "",
         "</details>",
     ]
     return "\n".join(lines) + "\n"
 
 
-def _points_table(points: pd.DataFrame) -> str:
+def _points_table(points: pd.DataFrame, provider: str, against: str) -> str:
     rows = []
     for _, r in points.iterrows():
         verdict_text = r["verdict"] + (" (fails)" if r["fails"] else "")
@@ -508,7 +542,7 @@ def _points_table(points: pd.DataFrame) -> str:
                 markdown.ratio(r["candidate_speedup"], r["candidate_low"], r["candidate_high"]),
                 markdown.change(r["change"]),
                 " / ".join(
-                    markdown.change(r[c]) for c in ("cutile_time_change", "triton_time_change")
+                    markdown.change(r[f"{name}_time_change"]) for name in (provider, against)
                 ),
                 _clock_change(r, "→") or "—",
                 verdict_text,
@@ -526,10 +560,10 @@ def _points_table(points: pd.DataFrame) -> str:
         "baseline speedup",
         "candidate speedup",
         "judged change",
-        "time change cutile / triton",
+        f"time change {provider} / {against}",
         "SM clock",
         "verdict",
-        "status (triton/cutile)",
+        f"status ({against}/{provider})",
         "key",
     )
     return markdown.table(header, rows)
@@ -537,7 +571,7 @@ def _points_table(points: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.gate", description="Compare the cuTile speedup of two runs."
+        prog="python -m harness.gate", description="Compare the speedup of two runs."
     )
     parser.add_argument("--baseline", type=Path, required=True, help="run dir or results Parquet")
     parser.add_argument("--candidate", type=Path, required=True, help="run dir or results Parquet")
@@ -548,11 +582,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0.05,
         help="relative change of the judged metric that matters (default 0.05)",
     )
+    parser.add_argument("--provider", default="cutile", help="provider whose speed is judged")
+    parser.add_argument("--against", default="triton", help="provider it is timed against")
     parser.add_argument(
         "--metric",
-        choices=METRICS,
-        default="speedup",
-        help="judge the speedup over Triton (default) or cuTile's own time",
+        default=SPEEDUP,
+        help=f"{SPEEDUP} (default: --against's time over --provider's) or PROVIDER-time "
+        "(--provider's own time, e.g. cutile-time)",
     )
     parser.add_argument("--floor", type=float, help="fail a point whose speedup is surely below")
     parser.add_argument("--require-points", help="all | comma-separated point keys | file")
@@ -576,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         "mode": args.mode,
         "tolerance": args.tolerance,
         "metric": args.metric,
+        "provider": args.provider,
+        "against": args.against,
         "floor": args.floor,
         "require_points": args.require_points,
         "allow_different_gpus": args.allow_different_gpus,
@@ -602,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
             args.fail_on_ambiguous,
             args.allow_different_settings,
             args.metric,
+            args.provider,
+            args.against,
         )
     except GateInputError as exc:
         outcome = Outcome(2, f"gate: unusable input: {exc}")
@@ -611,15 +651,15 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome.message, file=sys.stderr)
         return 2
     print(f"gate: {outcome.message}")
-    for row in outcome.points[outcome.points["fails"]].itertuples(index=False):
+    for _, row in outcome.points[outcome.points["fails"]].iterrows():
         floor = f", {row.floor} floor" if row.floor else ""
         clock = _clock_change(row)
         clock = f"; SM {clock}" if clock else ""
         print(
             f"  {row.verdict}{floor}: {row.point}: {markdown.ratio(row.baseline_speedup)} -> "
-            f"{markdown.ratio(row.candidate_speedup)} (time: cutile "
-            f"{markdown.change(row.cutile_time_change)}, triton "
-            f"{markdown.change(row.triton_time_change)}{clock})"
+            f"{markdown.ratio(row.candidate_speedup)} (time: {args.provider} "
+            f"{markdown.change(row[f'{args.provider}_time_change'])}, {args.against} "
+            f"{markdown.change(row[f'{args.against}_time_change'])}{clock})"
         )
     return outcome.exit_code
 

@@ -177,7 +177,7 @@ def test_cutile_time_catches_a_slower_cutile(capsys, tmp_path: Path, baseline: P
         capsys, baseline, slow_long, "--metric", "cutile-time", "--report-md", str(md)
     )
     assert code == 1 and "FAIL: 4 point(s) regressed (4 slower, 8 same)" in out
-    assert "verdicts on cuTile's own time" in md.read_text()
+    assert "verdicts on cutile's own time (triton's is shown, not judged)" in md.read_text()
     assert "-14.3 %" in md.read_text()  # the judged change: cuTile's rate, 1.2 / 1.4
 
 
@@ -197,6 +197,47 @@ def test_cutile_time_compares_points_where_only_triton_failed(
     assert code == 1 and f"broken: {point}" in out
     code, out, _ = run(capsys, baseline, triton_broken, "--metric", "cutile-time")
     assert code == 0 and "12 same" in out
+
+
+def test_the_flags_name_the_providers_compared(capsys, tmp_path: Path, baseline: Path) -> None:
+    """--provider / --against swap the sides: cuTile slower at 16K is Triton faster against it."""
+    slow_long = build_run(
+        tmp_path / "cand", speedup=lambda p: 1.2 if p.seqlen == 16384 else 1.4, ci_rel=0.01
+    )
+    md, js = tmp_path / "gate.md", tmp_path / "gate.json"
+    code, out, _ = run(capsys, baseline, slow_long, "--provider", "triton", "--against", "cutile",
+                       "--report-md", str(md), "--report-json", str(js))  # fmt: skip
+    assert code == 0 and "4 faster, 8 same" in out
+    result = json.loads(js.read_text())
+    assert (result["settings"]["provider"], result["settings"]["against"]) == ("triton", "cutile")
+    faster = [p for p in result["points"] if p["verdict"] == "faster"]
+    assert all(p["change"] == pytest.approx(1.4 / 1.2) for p in faster)
+    assert all(p["cutile_time_change"] == pytest.approx(1.4 / 1.2) for p in faster)
+    text = md.read_text()
+    assert "Speedup = cutile time / triton time" in text
+    assert "time change triton / cutile" in text and "status (cutile/triton)" in text
+
+
+def _renamed(tmp_path: Path, name: str) -> Path:
+    """A run whose cuTile rows are recorded under another provider name."""
+    table = synthetic_table()
+    table.loc[table["provider"] == "cutile", "provider"] = name
+    return write_run(tmp_path / name, table, synthetic_meta())
+
+
+def test_another_registered_provider_can_be_gated(capsys, tmp_path: Path) -> None:
+    other = _renamed(tmp_path, "cutile_next")
+    assert_unusable(*run(capsys, other, other)[::2], "no cutile rows in graph mode",
+                    "(providers: cutile_next, triton)", "--provider")  # fmt: skip
+    code, out, _ = run(capsys, other, other, "--provider", "cutile_next")
+    assert code == 0 and "12 same" in out
+    code, out, _ = run(capsys, other, other, "--provider", "cutile_next",
+                       "--metric", "cutile_next-time")  # fmt: skip
+    assert code == 0 and "12 same" in out
+    wrong = run(capsys, other, other, "--provider", "cutile_next", "--metric", "cutile-time")
+    assert_unusable(*wrong[::2], "use speedup or cutile_next-time")
+    same = run(capsys, other, other, "--provider", "triton")
+    assert_unusable(*same[::2], "both triton")
 
 
 def test_noisy_but_equal_runs_pass(capsys, tmp_path: Path) -> None:
