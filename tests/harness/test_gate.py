@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from harness import gate, records
 from tests.harness.synthetic import build_run, synthetic_meta, synthetic_table, write_run
@@ -425,6 +429,89 @@ def test_ci_sweeps_with_the_settings_of_the_committed_baseline() -> None:
         )
         for mode in records.MODES:
             assert gate.different_settings(base, ci_run, mode) == [], (meta_file, mode)
+
+
+def _workflow() -> tuple[str, dict]:
+    path = ROOT / ".github" / "workflows" / "gpu-bench.yml"
+    return path.read_text(), yaml.safe_load(path.read_text())
+
+
+def test_ci_dispatch_inputs_are_declared_and_used() -> None:
+    """Every `inputs.X` the workflow reads is a workflow_dispatch input, and every input is read:
+    an undeclared one is always empty on GitHub, so its default would be used silently."""
+    text, workflow = _workflow()
+    declared = set(workflow[True]["workflow_dispatch"]["inputs"])  # YAML 1.1 reads `on` as True
+    used = set(re.findall(r"inputs\.(\w+)", text))
+    assert used == declared
+
+
+def _dispatch_defaults(workflow: dict) -> dict[str, str]:
+    """The gate's variables as the workflow sets them when no input is given."""
+    env = workflow["jobs"]["bench"]["env"]
+    pattern = r"\$\{\{ inputs\.\w+ \|\| '([^']+)' \}\}"
+    names = ("GATE_PROVIDER", "GATE_AGAINST", "GATE_METRIC")
+    return {name: re.fullmatch(pattern, env[name]).group(1) for name in names}
+
+
+def _run_step(workflow: dict, name: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """One step of the workflow, run by bash -e as GitHub runs it, with this Python as $PY."""
+    (step,) = [s for s in workflow["jobs"]["bench"]["steps"] if s.get("name", "").startswith(name)]
+    variables = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "PY": sys.executable}
+    return subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        cwd=cwd,
+        env={**variables, "SSDBENCH_ENV": "", **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_ci_dispatch_defaults_gate_cutile_against_triton() -> None:
+    assert _dispatch_defaults(_workflow()[1]) == {
+        "GATE_PROVIDER": "cutile",
+        "GATE_AGAINST": "triton",
+        "GATE_METRIC": "speedup",
+    }
+
+
+def test_ci_checks_the_gate_inputs_on_the_committed_baselines() -> None:
+    """The step before any GPU work accepts the defaults and stops at a flag the gate refuses."""
+    workflow = _workflow()[1]
+    defaults = _dispatch_defaults(workflow)
+    assert _run_step(workflow, "Check the gate's inputs", ROOT, **defaults).returncode == 0
+    cutile_time = {**defaults, "GATE_METRIC": "cutile-time"}
+    assert _run_step(workflow, "Check the gate's inputs", ROOT, **cutile_time).returncode == 0
+    for wrong in ({"GATE_METRIC": "cutile-tme"}, {"GATE_PROVIDER": "cutile_next"}):
+        done = _run_step(workflow, "Check the gate's inputs", ROOT, **{**defaults, **wrong})
+        assert done.returncode == 2
+        assert "gate: unusable input" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ci_gate_step_with_the_dispatch_defaults(tmp_path: Path, baseline: Path) -> None:
+    """The workflow's gate step, run as the workflow runs it, passes two matching runs and
+    writes its reports and exit code."""
+    workflow = _workflow()[1]
+    shutil.copytree(baseline, tmp_path / "results" / "baselines" / "some-gpu")
+    candidate = build_run(tmp_path / "cand", run_id="cand", ci_rel=0.01)
+    output = tmp_path / "github-output"
+    done = _run_step(
+        workflow,
+        "Gate against",
+        tmp_path,
+        GPU_SLUG="some-gpu",
+        RUN_DIR=str(candidate),
+        GITHUB_OUTPUT=str(output),
+        **_dispatch_defaults(workflow),
+    )
+    assert done.returncode == 0, done.stderr
+    assert output.read_text() == "exit_code=0\n"
+    settings = json.loads((candidate / "gate.json").read_text())["settings"]
+    assert (settings["provider"], settings["against"], settings["metric"]) == (
+        "cutile",
+        "triton",
+        "speedup",
+    )
+    assert (candidate / "gate.md").exists()
 
 
 def test_required_points_missing(capsys, tmp_path: Path, baseline: Path) -> None:
