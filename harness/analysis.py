@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness import stats
 from harness.environment import HELD_REASONS, reading
-from harness.peaks import row_rate
+from harness.peaks import highest_rate, row_rate
 from harness.problem import SHAPE_FIELDS, Problem, flops
 
 #: Columns that describe a point (its key and shape); carried unchanged into every table.
@@ -24,16 +24,20 @@ SHAPE_COLUMNS = (*_SORT_FIRST, *(f for f in SHAPE_FIELDS if f not in _SORT_FIRST
 _SIDE_COLUMNS = ("status", "error", "median_ms", "ci_low_ms", "ci_high_ms", "ci_wide")
 
 
-def bf16_fraction(rows: pd.DataFrame, meta: dict) -> pd.Series:
+def bf16_fraction(rows: pd.DataFrame, meta: dict, highest: bool = False) -> pd.Series:
     """Per row: the FLOPs of its problem as posed (at the point's chunk_size, whatever length
     the provider ran) per second of its median, over the bf16 rate of the worker that timed it
-    (harness.peaks.row_rate); NaN for other dtypes, untimed rows or no measured rate. The
-    targets, the history and the report's figure all count so: a provider that ran a shorter
-    chunk, doing fewer FLOPs, is credited with the same work as one that did not (the rows'
-    frac_peak_flops count the FLOPs at the length run)."""
+    (harness.peaks.row_rate), or with `highest` over the highest rate the run measured on that
+    GPU model (harness.peaks.highest_rate); NaN for other dtypes, untimed rows or no measured
+    rate. The targets, the history and the report's figure all count so: a provider that ran a
+    shorter chunk, doing fewer FLOPs, is credited with the same work as one that did not (the
+    rows' frac_peak_flops count the FLOPs at the length run)."""
 
     def fraction(row) -> float:
-        rate = row_rate(meta, row.get("worker"), "bf16_tflops")
+        if highest:
+            rate = highest_rate(meta, "bf16_tflops", row.get("gpu_name"))
+        else:
+            rate = row_rate(meta, row.get("worker"), "bf16_tflops")
         if row["dtype"] != "bfloat16" or not rate or not row["median_ms"] > 0:
             return math.nan
         problem = Problem(**{f: int(row[f]) for f in SHAPE_FIELDS}, dtype=row["dtype"])

@@ -173,12 +173,13 @@ def screen_change(
 
 
 def best_fraction_of_peak(
-    table: pd.DataFrame, meta: dict, provider: str, mode: str
+    table: pd.DataFrame, meta: dict, provider: str, mode: str, highest: bool = False
 ) -> tuple[float, str]:
     """(fraction of the bf16 rate, point) at the provider's best bf16 point, FLOPs counted at the
     problem's own chunk_size, each row divided by the rate of the worker that measured it
-    (harness.peaks.row_rate); (NaN, "") without a measured rate or a bf16 row."""
-    fractions = analysis.bf16_fraction(_timed(table, provider, mode), meta).dropna()
+    (harness.peaks.row_rate), or with `highest` by the highest rate of the run on that GPU model;
+    (NaN, "") without a measured rate or a bf16 row."""
+    fractions = analysis.bf16_fraction(_timed(table, provider, mode), meta, highest).dropna()
     if fractions.empty:
         return float("nan"), ""
     return float(fractions.max()), str(fractions.idxmax())

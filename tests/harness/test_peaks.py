@@ -36,3 +36,23 @@ def test_run_rates_names_one_rate_only_where_every_worker_used_it() -> None:
         is None
     )
     assert peaks.run_rates({}) == {}
+
+
+def on(gpu: str) -> dict:
+    return {"gpu": {"name": gpu}}
+
+
+def test_the_highest_rate_is_over_the_runs_workers_on_that_gpu_model() -> None:
+    m = {
+        **meta(
+            {"worker": "a:1", "peaks": OWN, "env": on("NVIDIA H200")},
+            {"worker": "b:2", "peaks": {"bf16_tflops": 990.0}, "env": on("NVIDIA B200")},
+            {"worker": "c:3", "env": on("NVIDIA H200")},  # recorded before per-worker rates
+        ),
+        "env": on("NVIDIA H200"),
+    }
+    assert peaks.highest_rate(m, "bf16_tflops", "NVIDIA H200") == 780.0  # a:1 over meta's 750
+    assert peaks.highest_rate(m, "copy_gbps", "NVIDIA H200") == 4100.0  # meta's over a:1's
+    assert peaks.highest_rate(m, "bf16_tflops", "NVIDIA B200") == 990.0
+    assert peaks.highest_rate(m, "bf16_tflops", "NVIDIA H100") is None
+    assert peaks.highest_rate({}, "bf16_tflops", "NVIDIA H200") is None
