@@ -10,7 +10,9 @@ and fed straight into the next mma. The causal mask is applied to the exponent
 consumed in NS-wide slices so that large states still fit the occupancy hint; the first slice of
 C stays resident, the others are reloaded (from L2) per k-tile. With `out_chunk_heads` the launch
 takes compute_out_chunk.py's kernel instead (whole chunks, many heads per CTA). Where the walk
-stored C·hᵀ itself (fwd_pass_state's CARRY), both kernels read its rows instead of that product.
+stored C·hᵀ itself (fwd_pass_state's CARRY), both kernels read its rows instead of that product;
+where the walk adds those rows to out itself (its FINISH), this kernel runs before it without the
+carried term (PARTIAL) and leaves the gate by silu(z) to the walk.
 """
 
 from __future__ import annotations
@@ -183,6 +185,7 @@ def compute_out_kernel(
     FOLD: ConstBool,
     CHAINED: ConstBool,
     CARRY: ConstBool,
+    PARTIAL: ConstBool,
 ):
     follow_previous(CHAINED)
     head = ct.bid(0) * HB  # HB (1 or 2) heads of one group share each C·Bᵀ tile
@@ -200,20 +203,23 @@ def compute_out_kernel(
     # in log2 units.
     dA_m0 = _log2_decay(dA_cumsum, batch, head, chunk, m_block, TM)
     anchor0 = _anchor(dA_cumsum, batch, head, chunk, m_block, TM)
-    acc0 = carried_state(
-        C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group, seg_len,
-        TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
-    ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
+    acc0 = ct.zeros((TM, P), dtype=ct.float32)
+    if not PARTIAL:
+        acc0 = carried_state(
+            C, states, seg_start, seg_decay, c_first, batch, chunk, head, row_block, group,
+            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
+        ) * _start_scale(dA_m0, anchor0, TM, RANK1)[:, None]  # fmt: skip
     dA_m1 = dA_m0
     anchor1 = anchor0
     acc1 = acc0
     if HB == 2:
         dA_m1 = _log2_decay(dA_cumsum, batch, head + 1, chunk, m_block, TM)
         anchor1 = _anchor(dA_cumsum, batch, head + 1, chunk, m_block, TM)
-        acc1 = carried_state(
-            C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block, group,
-            seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
-        ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
+        if not PARTIAL:
+            acc1 = carried_state(
+                C, states, seg_start, seg_decay, c_first, batch, chunk, head + 1, row_block,
+                group, seg_len, TM, P, NS, slices, mma_dtype, SEGMENTED, FOLD, CARRY,
+            ) * _start_scale(dA_m1, anchor1, TM, RANK1)[:, None]  # fmt: skip
 
     # Causal intra-chunk part, k-tiles up to and including the diagonal; with RANK1 the tiles
     # wholly before the row block first, their decay split into a row and a column factor.
@@ -311,7 +317,7 @@ def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
-    state_pass: StatePass,
+    state_pass: StatePass | None,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     D: torch.Tensor | None,
@@ -320,7 +326,9 @@ def compute_out(
     cb: ChunkCB | None = None,
 ) -> torch.Tensor:
     """Launch compute_out; returns out (b, l, h, p) in x's dtype. `cb`: C·Bᵀ computed already
-    (chunk_cb's strided kernel beside the walk), else chunk_cb is launched where it is read."""
+    (chunk_cb's strided kernel beside the walk), else chunk_cb is launched where it is read.
+    `state_pass` None: out without the carried term, which the walk adds after (its `out`; the
+    row-block kernel only, and z is then the walk's to apply)."""
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     grid, kernel, args = compute_out_launch(
         x, B, C, state_pass, dt_out, dA_cumsum, D, z, out, config, cb
@@ -333,7 +341,7 @@ def compute_out_launch(
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
-    state_pass: StatePass,
+    state_pass: StatePass | None,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     D: torch.Tensor | None,
@@ -354,9 +362,12 @@ def compute_out_launch(
     d_arg = D if D is not None else torch.empty(1, device=x.device)
     z_arg = z if z is not None else torch.empty(1, 1, 1, 1, device=x.device, dtype=x.dtype)
     heads_per_group = nheads // ngroups
-    sp = state_pass
-    segmented = sp.segments > 1
     unused = torch.empty(1, 1, 1, device=x.device)
+    partial = state_pass is None
+    if partial and (z is not None or uses_chunk_kernel(config, chunk_size)):
+        raise ValueError("out without the carried term is the row-block kernel's, ungated")
+    sp = StatePass(unused.view(1, 1, 1, 1), None, 1, 1, None, None) if partial else state_pass
+    segmented = sp.segments > 1
     seg_args = (
         sp.seg_start if segmented else unused.view(1, 1, 1, 1, 1),
         sp.seg_decay if segmented else torch.empty_like(unused),
@@ -387,7 +398,7 @@ def compute_out_launch(
         sp.seg_len, chunk_size, pow2_tile(headdim), n_tile, ns, tm, tk, hb, d_mode, z is not None,
         segmented, cb_pre, cb_pre and config.out_cb == 3, bool(config.out_rank1),
         config.out_latency, bool(config.out_hint_decays), fold, chained(config, chunk_size),
-        sp.carry,
+        sp.carry, partial,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -71,6 +71,10 @@ class SSDConfig:
     # wave, those SMs compute it during the walk, a kernel on a second stream launched before the
     # walk (1), instead of chunk_cb after it (0).
     state_cb: int = 0
+    # Where the walk writes C·hᵀ rows (state_carry), compute_out runs before it and leaves out
+    # without them, and each walk step adds its rows to out in place (1), so that compute_out
+    # does not read them; or the walk stores the rows and compute_out after it reads them (0).
+    state_out: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -104,6 +108,7 @@ class SSDConfig:
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
             "out_fold_segments", "state_weights", "state_store_tma", "state_carry", "state_cb",
+            "state_out",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

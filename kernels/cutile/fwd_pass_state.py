@@ -18,7 +18,10 @@ stores it as segment_scan would (H_0 = 0 beside it) and segment_scan is not laun
 With CARRY (one segment, one walker per head over its whole state) the walk stores, in place of
 each chunk's state, what compute_out would make of it: the rows C[m]·h(chunk)ᵀ for the chunk's
 positions, (Q, P) against the state's (P, N), half the bytes at dstate 256. The product is one
-more mma per step with the state entering the chunk as its operand.
+more mma per step with the state entering the chunk as its operand. With FINISH as well,
+compute_out has run before the walk and left in out everything but those rows (the intra-chunk
+part and D·x); each step adds exp(dA[m])·C[m]·hᵀ to its rows of out in place, gated by silu(z)
+when given, so the rows never pass through memory and compute_out does not read them.
 
 A walk of one segment runs in one wave, often on fewer CTAs than the GPU has SMs (128 heads on
 an H200's 132). With `state_cb` the SMs it leaves free compute compute_out's C·Bᵀ meanwhile
@@ -38,6 +41,7 @@ from kernels.cutile.config import (
     SSDConfig,
     compute_out_tiles,
     reads_chunk_cb,
+    uses_chunk_kernel,
     with_occupancy,
 )
 from kernels.cutile.decay import LOG2E, exp2
@@ -142,6 +146,23 @@ def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int, TMA
         ct.store(states, index=index, tile=tile, allow_tma=False)
 
 
+def _finished_rows(
+    out, z, carried, dA, batch, row_block, head, TQ: int, P: int, LAT: int, HAS_Z: bool
+):
+    """One step's rows of out: what compute_out left there plus exp(dA[m])·C[m]·hᵀ, gated by
+    silu(z) when given. The rows out holds are loaded with the step's latency hint, as x is: they
+    do not depend on the walk's chain."""
+    index = (batch, row_block, head, 0)
+    zero = ct.PaddingMode.ZERO
+    rows = ct.load(out, index=index, shape=(1, TQ, 1, P), padding_mode=zero, latency=LAT)
+    total = rows.reshape((TQ, P)).astype(ct.float32) + carried * exp2(dA * LOG2E)[:, None]
+    if HAS_Z:
+        gate = ct.load(z, index=index, shape=(1, TQ, 1, P), padding_mode=zero, latency=LAT)
+        gate = gate.reshape((TQ, P)).astype(ct.float32)
+        total = total * gate / (1.0 + ct.exp(-gate))
+    return total
+
+
 def _finish_segment(
     seg_end, seg_total, state, log_decay, batch, seg, head, nblock, P: int, NB: int,
     SEGMENTED: bool, DIRECT: bool,
@@ -171,13 +192,14 @@ def fwd_pass_state_kernel(
     dA_cumsum,  # (b, h, nchunks, Q) float32
     initial_states,  # (b, h, p, n) float32 (unused unless HAS_INIT)
     states,  # (b, nchunks, h, p, n): state entering each chunk, local to its segment; with
-    # CARRY (b, l, h, p): each position's C[m]·h(chunk)ᵀ
+    # CARRY (b, l, h, p): each position's C[m]·h(chunk)ᵀ; with FINISH the output, completed here
     seg_end,  # (b, S, h, p, n) float32: each segment's local state after its last chunk; with
     # DIRECT each segment's true start state, in the states' dtype
     seg_total,  # (b, h, S) float32: each segment's total log2 decay (unused unless SEGMENTED)
     seg_decay,  # (b, h, nchunks) float32: decay factor from segment start to chunk start
     weight,  # (b, h, nchunks, Q) float32: chunk_cumsum's exp(dA_last − dA)·dt (if WEIGHTS)
     C,  # (b, l, g, n) (unused unless CARRY)
+    z,  # (b, l, h, p) (unused unless HAS_Z)
     nchunks: int,
     heads_per_group: int,
     segments: int,
@@ -196,6 +218,8 @@ def fwd_pass_state_kernel(
     STORE_TMA: ConstBool,
     DIRECT: ConstBool,
     CARRY: ConstBool,
+    FINISH: ConstBool,
+    HAS_Z: ConstBool,
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -254,6 +278,11 @@ def fwd_pass_state_kernel(
             if CARRY:  # C·hᵀ for this step's rows, from the state entering the chunk
                 c = _step_tile(C, batch, chunk * steps + step, group, nblock, TQ, NB, LAT)
                 carried = ct.mma(c.astype(mma_dtype), h_t, ct.zeros((TQ, P), dtype=ct.float32))
+                if FINISH:
+                    carried = _finished_rows(
+                        states, z, carried, _step_rows(dA0, step, Q, TQ), batch,
+                        chunk * steps + step, head, TQ, P, LAT, HAS_Z,
+                    )  # fmt: skip
                 ct.store(
                     states,
                     index=(batch, chunk * steps + step, head, 0),
@@ -304,20 +333,24 @@ def fwd_pass_state(
     initial_states: torch.Tensor | None,
     config: SSDConfig = DEFAULT_CONFIG,
     final_states: bool = True,
+    out: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
 ) -> StatePass:
     """Launch fwd_pass_state, and segment_scan when the chunks are split into segments, except
-    for two segments where the final states are not asked for (the walk's DIRECT stores)."""
+    for two segments where the final states are not asked for (the walk's DIRECT stores). With
+    `out` (only where `finishes_out`), the walk completes the output compute_out began in it."""
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
-        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
+        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states, out, z
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    segments, seg_len = args[13:15]
+    walk = walk_layout(config, x.shape, B.shape, dA_cumsum.shape[3], x.device)
+    segments, seg_len = walk.segments, walk.seg_len
     if segments == 1:
-        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, args[-1])
-    if args[-2]:  # DIRECT: seg_end holds the segments' start states
+        return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, carries_rows(config, walk))
+    if segments == 2 and not final_states:  # DIRECT: seg_end holds the segments' start states
         return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
@@ -335,8 +368,11 @@ def fwd_pass_state_launch(
     initial_states: torch.Tensor | None,
     config: SSDConfig,
     final_states: bool = True,
+    out: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of the walk's launch, outputs allocated."""
+    """(grid, kernel, arguments) of the walk's launch, outputs allocated (with `out`, the walk
+    writes its rows there)."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
@@ -346,12 +382,16 @@ def fwd_pass_state_launch(
     segments, seg_len = walk.segments, walk.seg_len
     device, f32 = x.device, torch.float32
     direct = segments == 2 and not final_states
-    carry = bool(config.state_carry) and segments == 1 and nblocks == 1 and hs == 1
-    states = (
-        torch.empty(x.shape, device=device, dtype=x.dtype)
-        if carry
-        else torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
-    )
+    carry = carries_rows(config, walk)
+    finish = out is not None
+    if finish and not finishes_out(config, walk):
+        raise ValueError("the walk completes out only where finishes_out(config, walk)")
+    if finish:
+        states = out
+    elif carry:
+        states = torch.empty(x.shape, device=device, dtype=x.dtype)
+    else:
+        states = torch.empty(batch, nchunks, nheads, headdim, dstate, device=device, dtype=x.dtype)
     seg_end = torch.empty(
         batch, segments, nheads, headdim, dstate, device=device, dtype=x.dtype if direct else f32
     )
@@ -361,6 +401,7 @@ def fwd_pass_state_launch(
         else ((1, 1, 1), (1, 1, 1))
     )
     unused = torch.empty(1, 1, 1, 1, device=device)
+    gate = finish and z is not None
     grid = (nblocks, nheads // hs, batch * segments)
     kernel = with_occupancy(fwd_pass_state_kernel, config.state_occupancy)
     args = (
@@ -371,10 +412,11 @@ def fwd_pass_state_launch(
         torch.empty(shape_decay, device=device, dtype=f32),
         weight if weight is not None else unused,
         C if carry else unused,
+        z if gate else unused,
         nchunks, nheads // ngroups, segments, seg_len, chunk_size, pow2_tile(headdim), nb, tq, hs,
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
-        bool(config.state_store_tma), direct, carry,
+        bool(config.state_store_tma), direct, carry, finish, gate,
     )  # fmt: skip
     return grid, kernel, args
 
@@ -413,6 +455,23 @@ def walk_layout(
     return WalkLayout(nb, blocks, hs, segments, seg_len, batch, ngroups, chunk_size, free)
 
 
+def carries_rows(config: SSDConfig, walk: WalkLayout) -> bool:
+    """Whether the walk writes each chunk's C·hᵀ rows instead of its states (state_carry): only
+    one segment of walkers over whole states, one head each."""
+    return bool(config.state_carry) and walk.segments == 1 and walk.blocks == 1 and walk.heads == 1
+
+
+def finishes_out(config: SSDConfig, walk: WalkLayout) -> bool:
+    """Whether compute_out runs before the walk and the walk adds its C·hᵀ rows to out in place
+    (state_out): where the walk has those rows (carries_rows) and compute_out is the row-block
+    kernel, which can leave them out."""
+    return (
+        bool(config.state_out)
+        and carries_rows(config, walk)
+        and not uses_chunk_kernel(config, walk.chunk_size)
+    )
+
+
 def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
     """CTAs per batch entry of chunk_cb's strided kernel, which computes compute_out's C·Bᵀ
     beside the walk on the SMs its one wave leaves free (config.state_cb; each such CTA takes a
@@ -430,6 +489,7 @@ def cb_ctas_beside(config: SSDConfig, walk: WalkLayout) -> int:
         and walk.segments == 1
         and walk.blocks == 1
         and scales_fit
+        and not finishes_out(config, walk)  # compute_out, and so C·Bᵀ, runs before that walk
     ):
         return 0
     spare = walk.free_sms // walk.batch

@@ -3,7 +3,8 @@ fwd_pass_state, segment_scan when the state walk is split, chunk_cb where comput
 compute_out). With `SSDConfig.state_cb`, in a forward captured into a CUDA graph, chunk_cb's
 strided kernel runs beside the walk on a second stream, forked before chunk_cumsum, launched after
 the walk and joined before compute_out (the graph captures both); an eager forward runs chunk_cb
-after the walk.
+after the walk. With `SSDConfig.state_out` (where `finishes_out`), compute_out runs before the
+walk, which completes out.
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
@@ -88,19 +89,24 @@ def launch_forward(
     from kernels.cutile.chunk_cb import chunk_cb_beside, fork_beside, join_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
-    from kernels.cutile.fwd_pass_state import cb_ctas_beside, fwd_pass_state, walk_layout
+    from kernels.cutile.fwd_pass_state import (
+        cb_ctas_beside,
+        finishes_out,
+        fwd_pass_state,
+        walk_layout,
+    )
     from kernels.cutile.launch import capturing
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
+    walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
     ctas_beside = 0
     if config.state_cb and capturing():
         # In CUDA graphs only: in an eager forward its kernel starts once the host has launched
         # the walk, and delays compute_out (runs 220-224). Graph mode checks a replay's answer
         # before timing it, so the captured path is checked too.
-        walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
         ctas_beside = cb_ctas_beside(config, walk)
         if ctas_beside:
             fork_beside(x.device)
@@ -115,6 +121,12 @@ def launch_forward(
         bool(config.dependent_launch),
         bool(config.state_weights),
     )
+    if finishes_out(config, walk):
+        out = compute_out(x, B, C, None, dt_out, dA_cumsum, D, None, config)
+        state_pass = fwd_pass_state(
+            x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states, out, z
+        )
+        return out, state_pass.final
     state_pass = fwd_pass_state(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
     )

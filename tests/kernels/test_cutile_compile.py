@@ -132,7 +132,18 @@ CASES = {
         replace(SMALL, dstate=256, chunk_size=128),
         {"state_carry": 1, "state_block_n": 256, "state_segments": 3},
     ),
-}
+    # The walk completing out (state_out): compute_out without the carried term before it, the
+    # walk adding its rows, with z to apply, in fp16 pairs and in fp32 over 64-row steps.
+    "out-by-walk-fp16-z-D-per-headdim-pairs": (
+        replace(FP16_D_PER_HEADDIM, chunk_size=128, dstate=256),
+        {"state_carry": 1, "state_out": 1, "state_block_n": 256, "state_segments": 1,
+         "out_cb": 3, "out_heads": 2, "out_rank1": 1},
+    ),
+    "out-by-walk-fp32-z-ragged-steps64": (
+        FP32_Z_RAGGED,
+        {"state_carry": 1, "state_out": 1, "state_segments": 1, "state_block_q": 64},
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.slow

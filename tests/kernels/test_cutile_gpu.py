@@ -359,7 +359,31 @@ SCALED_CB_CASES = {
 }  # fmt: skip
 
 
-PROBLEM_CONFIGS = {**CHUNK_KERNEL_CASES, **CARRY_CASES, **CB_CASES, **SCALED_CB_CASES}
+# The walk completing out (state_out): compute_out before it without the carried term, each walk
+# step adding its C·hᵀ rows to out in place. Over the carry cases' pairs (ragged, groups, initial
+# states); in fp16 with C·Bᵀ scaled, z (which the walk then applies) and D per head-dim; in fp32
+# over chunks of 256 in 64-row steps, so each chunk's rows are completed in four pieces.
+FINISH_CASES = {
+    "out-by-walk-cb-pairs-initial-ragged": (
+        CARRY_CASES["carry-cb-pairs-initial-ragged"][0],
+        replace(CARRY_CASES["carry-cb-pairs-initial-ragged"][1], state_out=1),
+    ),
+    "out-by-walk-scaled-fp16-z-D-per-headdim": (
+        dict(seqlen=700, chunk_size=128, nheads=16, ngroups=2, dstate=256, dtype="float16",
+             D_has_hdim=True, has_z=True),
+        SSDConfig(state_carry=1, state_out=1, state_block_n=256, state_segments=1,
+                  state_occupancy=1, out_cb=3, out_heads=2, out_occupancy=3, out_rank1=1),
+    ),
+    "out-by-walk-fp32-z-steps64": (
+        dict(seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True),
+        SSDConfig(state_carry=1, state_out=1, state_segments=1, state_block_q=64),
+    ),
+}  # fmt: skip
+
+
+PROBLEM_CONFIGS = {
+    **CHUNK_KERNEL_CASES, **CARRY_CASES, **CB_CASES, **SCALED_CB_CASES, **FINISH_CASES,
+}  # fmt: skip
 BESIDE_CASES = [name for name, (_, config) in PROBLEM_CONFIGS.items() if config.state_cb]
 
 
@@ -385,6 +409,27 @@ def test_problems_beside_the_walk_in_a_cuda_graph(name: str) -> None:
     assert "chunk_cb_strided_kernel" in launched, launched
     inputs = make_inputs(problem, seed=_seed(name + "-graph"), device="cuda")
     _check(name, problem, inputs, config, captured=True)
+
+
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "graph"])
+def test_the_walk_completes_out_with_long_memory(captured: bool) -> None:
+    """state_out where the carried term is a large part of out (A = −U(0.05, 1), as in
+    test_long_memory_matches_reference), eager and replayed from a CUDA graph; with state_cb
+    set, as the long 128-head defaults have it, nothing runs beside the walk."""
+    from harness.inputs import meta_inputs
+    from kernels.cutile.signatures import forward_launches
+
+    name = "out-by-walk-cb-pairs-initial-ragged"
+    fields, config = FINISH_CASES[name]
+    config = replace(config, state_cb=1)
+    problem = replace(BASE, **fields)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    launched = [n for n, _, _ in forward_launches(meta_inputs(problem).kwargs(), config, sms)]
+    assert launched[-1] == "fwd_pass_state_kernel", launched
+    inputs = make_inputs(problem, seed=_seed(name + "-long-memory"), device="cuda")
+    draw = torch.rand(problem.nheads, generator=torch.Generator().manual_seed(_seed(name)))
+    slow = replace(inputs, A=-(0.05 + 0.95 * draw).to("cuda"))
+    _check(f"{name}-long-memory", problem, slow, config, captured=captured)
 
 
 @pytest.mark.parametrize(

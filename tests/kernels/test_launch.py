@@ -5,6 +5,9 @@ writes C·hᵀ (state_carry), and C·Bᵀ computed beside the walk (state_cb).""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -29,6 +32,12 @@ def _recorded(
             final_states,
         )  # fmt: skip
     return recording.launches
+
+
+def _named(recorded: tuple) -> dict:
+    """A recorded launch's arguments by the kernel's parameter names."""
+    kernel, args = recorded[1], recorded[2]
+    return dict(zip(inspect.signature(kernel._pyfunc).parameters, args, strict=True))
 
 
 def _launches(config: SSDConfig, sms: int = 132) -> list[tuple[str, bool]]:
@@ -84,9 +93,10 @@ def test_two_segments_without_final_states_skip_segment_scan() -> None:
     launches = _recorded(SSDConfig(state_segments=2), final_states=False)
     names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
     assert names == ["chunk_cumsum_kernel", "fwd_pass_state_kernel", "compute_out_kernel"]
-    walk, out = launches[1][2], launches[2][2]
-    assert walk[-2] is True  # DIRECT
-    assert out[6] is walk[6] and walk[6].dtype == walk[5].dtype  # seg_start: the states' dtype
+    walk, out = _named(launches[1]), _named(launches[2])
+    assert walk["DIRECT"] is True
+    assert out["seg_start"] is walk["seg_end"]  # in the states' dtype
+    assert walk["seg_end"].dtype == walk["states"].dtype
 
 
 @pytest.mark.parametrize(
@@ -95,7 +105,7 @@ def test_two_segments_without_final_states_skip_segment_scan() -> None:
 def test_segment_scan_runs_otherwise(segments: int, final_states: bool) -> None:
     launches = _recorded(SSDConfig(state_segments=segments), final_states=final_states)
     assert [k._pyfunc.__name__ for _, k, _, _ in launches].count("segment_scan_kernel") == 1
-    assert launches[1][2][-2] is False  # DIRECT
+    assert _named(launches[1])["DIRECT"] is False
 
 
 @pytest.mark.parametrize("out", [{"out_cb": 1}, {"out_chunk_heads": 8, "out_occupancy": 1}])
@@ -103,11 +113,11 @@ def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
     """With one walker per head over the whole state and one segment, the walk is given C and
     stores (b, l, h, p) rows, which both compute_out kernels read in place of the states."""
     launches = _recorded(SSDConfig(state_carry=1, state_block_n=64, state_segments=1, **out))
-    walk, compute_out = launches[1][2], launches[-1][2]
-    assert walk[-1] is True and walk[10] is not walk[1]  # CARRY, and C among its arguments
-    assert walk[5].shape == walk[0].shape  # rows shaped like x
-    states_arg = 5 if "out_cb" in out else 3
-    assert compute_out[states_arg] is walk[5] and compute_out[-1] is True
+    walk, compute_out = _named(launches[1]), _named(launches[-1])
+    assert walk["CARRY"] is True and walk["C"].shape == walk["B"].shape  # C among its arguments
+    assert walk["states"].shape == walk["x"].shape  # rows shaped like x
+    assert walk["FINISH"] is False
+    assert compute_out["states"] is walk["states"] and compute_out["CARRY"] is True
 
 
 @pytest.mark.parametrize(
@@ -117,8 +127,8 @@ def test_whole_state_walkers_hand_compute_out_their_c_h_rows(out: dict) -> None:
     ids=["segments", "walkers-of-part-of-the-state"],
 )  # fmt: skip
 def test_c_h_rows_only_from_one_segment_of_whole_state_walkers(config: SSDConfig) -> None:
-    walk = _recorded(config)[1][2]
-    assert walk[-1] is False and walk[5].dim() == 5  # the states, (b, nchunks, h, p, n)
+    walk = _named(_recorded(config)[1])
+    assert walk["CARRY"] is False and walk["states"].dim() == 5  # the states, (b, nchunks, h, p, n)
 
 
 def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> None:
@@ -153,9 +163,9 @@ def test_c_b_in_scaled_fp16_comes_with_one_inverse_scale_per_compute_out_tile(be
     assert values.shape == (1, 8, 1, 128, 128) and values.dtype == torch.float16
     assert inv_scale.shape == (1, 8, 1, 2, 2) and inv_scale.dtype == torch.float32
     assert args_cb[-1] is True  # SCALED
-    out = launches[-1][2]
-    assert out[3] is values and out[4] is inv_scale
-    assert out[25] is True and out[26] is True  # CB_PRE, CB_SCALED
+    out = _named(launches[-1])
+    assert out["cb_chunks"] is values and out["cb_scale"] is inv_scale
+    assert out["CB_PRE"] is True and out["CB_SCALED"] is True
 
 
 def test_scaled_c_b_beside_the_walk_needs_compute_out_rows_of_its_blocks() -> None:
@@ -182,3 +192,85 @@ def test_without_free_sms_or_a_graph_chunk_cb_runs_after_the_walk(sms: int, capt
         "chunk_cb_kernel",
         "compute_out_kernel",
     ]
+
+
+def test_the_walk_completes_out_where_compute_out_runs_before_it() -> None:
+    """state_out over whole-state walkers: chunk_cb and compute_out (without the carried term,
+    and ungated) run before the walk, which is handed compute_out's out as its rows and z to
+    gate them; nothing is computed beside the walk, which leaves no kernel after it."""
+    config = SSDConfig(
+        state_carry=1, state_out=1, state_cb=1, state_block_n=64, state_segments=1,
+        state_occupancy=1, out_cb=1,
+    )  # fmt: skip
+    kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128, has_z=True))
+    kw = kw.kwargs()
+    with launch.recorded(132, True) as recording:
+        out, _ = launch_forward(
+            kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["chunk_size"], kw["D"], kw["z"],
+            kw["dt_bias"], kw["initial_states"], kw["dt_softplus"], kw["dt_limit"], config,
+        )  # fmt: skip
+    launches = recording.launches
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
+    assert names == [
+        "chunk_cumsum_kernel", "chunk_cb_kernel", "compute_out_kernel", "fwd_pass_state_kernel",
+    ]  # fmt: skip
+    compute_out, walk = _named(launches[2]), _named(launches[3])
+    assert compute_out["PARTIAL"] is True and compute_out["HAS_Z"] is False
+    assert compute_out["CARRY"] is False and compute_out["SEGMENTED"] is False
+    assert walk["FINISH"] is True and walk["CARRY"] is True
+    assert walk["states"] is compute_out["out"] is out
+    assert walk["HAS_Z"] is True and walk["z"] is kw["z"]
+    assert launches[3][3] is True  # the walk waits for compute_out (programmatic dependent)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [SSDConfig(state_carry=1, state_out=1, state_block_n=64, state_segments=2, out_cb=1),
+     SSDConfig(state_out=1, state_block_n=64, state_segments=1, out_cb=1),
+     SSDConfig(state_carry=1, state_out=1, state_block_n=64, state_segments=1,
+               out_chunk_heads=8, out_occupancy=1)],
+    ids=["segments", "no-rows", "chunk-kernel"],
+)  # fmt: skip
+def test_out_is_compute_outs_alone_where_the_walk_cannot_complete_it(config: SSDConfig) -> None:
+    """Without the walk's rows, or with the chunk kernel (which cannot leave them out),
+    state_out changes nothing: compute_out runs last, with the carried term."""
+    launches = _recorded(config)
+    assert launches[1][1]._pyfunc.__name__ == "fwd_pass_state_kernel"
+    assert _named(launches[1])["FINISH"] is False
+    assert _named(launches[-1]).get("PARTIAL", False) is False
+    plain = _recorded(replace(config, state_out=0))
+    assert [launch[1] for launch in launches] == [launch[1] for launch in plain]
+
+
+def test_an_out_to_complete_is_refused_where_the_walk_has_no_rows() -> None:
+    from kernels.cutile.fwd_pass_state import fwd_pass_state_launch
+
+    kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
+    dA = torch.empty(1, 64, 8, 128, device="meta")
+    config = SSDConfig(state_out=1, state_block_n=64, state_segments=1)
+    with launch.recorded(132, True), pytest.raises(ValueError, match="finishes_out"):
+        fwd_pass_state_launch(
+            kw["x"], kw["B"], kw["C"], dA, dA, None, None, config, out=torch.empty_like(kw["x"])
+        )
+
+
+@pytest.mark.parametrize(
+    ("config", "gated"),
+    [(SSDConfig(out_cb=1), True), (SSDConfig(out_chunk_heads=8, out_occupancy=1), False)],
+    ids=["gated", "chunk-kernel"],
+)
+def test_out_without_the_carried_term_is_the_ungated_row_block_kernels(
+    config: SSDConfig, gated: bool
+) -> None:
+    """Only the walk that completes out applies the gate, and the chunk kernel always adds the
+    carried term."""
+    from kernels.cutile.compute_out import compute_out_launch
+
+    kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128, has_z=gated))
+    kw = kw.kwargs()
+    dA = torch.empty(1, 64, 8, 128, device="meta")
+    with launch.recorded(132, True), pytest.raises(ValueError, match="row-block kernel's"):
+        compute_out_launch(
+            kw["x"], kw["B"], kw["C"], None, dA, dA, kw["D"], kw["z"], torch.empty_like(kw["x"]),
+            config,
+        )  # fmt: skip
