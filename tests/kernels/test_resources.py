@@ -26,9 +26,6 @@ from kernels.cutile.resources import (
     register_file_ctas,
 )
 
-RUNS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = RUNS / "symbols-c6dbfe2.jsonl"
-
 
 def test_a_file_that_is_not_a_cubin_is_refused() -> None:
     with pytest.raises(ValueError, match="not an ELF64 cubin"):
@@ -39,9 +36,9 @@ def _compiled(symbol: str, occupancy: int):
     pytest.importorskip("cuda.tile")
     from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_resources
-    from kernels.cutile.signatures import from_symbol
+    from tests.kernels.recorded_symbols import as_launched_now
 
-    _, kernel, signature = from_symbol(symbol)
+    _, kernel, signature = as_launched_now(symbol)
     return compile_resources(with_occupancy(kernel, occupancy), signature)
 
 
@@ -82,6 +79,9 @@ def test_a_kernel_name_the_gpu_launched_compiles_as_its_launch_does() -> None:
     it, read back by `from_symbol`) compiles to what the CPU builds for that launch under the
     configuration recorded beside it: three CTAs per SM fit (at most 80 registers a thread, no
     spills)."""
+    pytest.importorskip("cuda.tile")
+    from tests.kernels.recorded_symbols import SYMBOLS
+
     rows = [json.loads(line) for line in SYMBOLS.read_text().splitlines()]
     (row,) = [
         r for r in rows

@@ -4,22 +4,19 @@ H200 by scripts/kernel_symbols.py, with --names-only since e5b5da9; SYMBOLS name
 
 from __future__ import annotations
 
-import inspect
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cuda.tile")
-from cuda.tile.compilation import KernelSignature, mangle_kernel_name  # noqa: E402
+from cuda.tile.compilation import mangle_kernel_name  # noqa: E402
 
 from harness.inputs import meta_inputs  # noqa: E402
 from kernels.cutile.config import SSDConfig  # noqa: E402
 from kernels.cutile.signatures import forward_launches  # noqa: E402
 from scripts.variants import parse_shape  # noqa: E402
+from tests.kernels.recorded_symbols import SYMBOLS, as_recorded  # noqa: E402
 
-SYMBOLS = Path(__file__).resolve().parents[2] / "results/nvidia-h200/config-comparisons"
-SYMBOLS = SYMBOLS / "symbols-c6dbfe2.jsonl"
 SHAPES = {
     "b1_L65536_H128_P64_N128": "65536:128:128",
     "b1_L65536_H32_P64_N64": "65536:32:64",
@@ -41,24 +38,6 @@ def _recorded() -> dict[tuple[str, str], tuple[dict, list[str]]]:
     return launches
 
 
-# Parameters the kernels took on after SYMBOLS was recorded (the walk completing out, state_out;
-# no GPU to record again since): left out of today's signatures before they are compared, so every
-# other parameter's facts must still be those the GPU launched with. Empty once re-recorded.
-ADDED_SINCE_RECORDING = {
-    "fwd_pass_state_kernel": ("z", "FINISH", "HAS_Z"),
-    "compute_out_kernel": ("PARTIAL",),
-}
-
-
-def _as_recorded(name: str, kernel, signature: KernelSignature) -> KernelSignature:
-    """`signature` without the parameters ADDED_SINCE_RECORDING."""
-    added = ADDED_SINCE_RECORDING.get(name, ())
-    names = list(inspect.signature(kernel._pyfunc).parameters)
-    assert set(added) <= set(names), f"{name} has no parameter among {added}"
-    kept = [p for n, p in zip(names, signature.parameters, strict=True) if n not in added]
-    return KernelSignature(kept, signature.calling_convention)
-
-
 @pytest.mark.parametrize(("shape", "variant"), sorted(_recorded()))
 def test_meta_tensors_give_the_names_the_gpu_launched(shape: str, variant: str) -> None:
     """The same specialisations in the same order. kernel_symbols.py runs eager forwards, which
@@ -67,7 +46,7 @@ def test_meta_tensors_give_the_names_the_gpu_launched(shape: str, variant: str) 
     config, recorded = _recorded()[(shape, variant)]
     kwargs = meta_inputs(parse_shape(shape)).kwargs()
     launches = forward_launches(kwargs, SSDConfig.from_dict(config), captured=False)
-    names = [mangle_kernel_name(n, _as_recorded(n, k, s)) for n, k, s in launches]
+    names = [mangle_kernel_name(n, as_recorded(n, k, s)) for n, k, s in launches]
     assert names == recorded
 
 
