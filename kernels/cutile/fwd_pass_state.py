@@ -37,7 +37,6 @@ import torch
 
 from kernels.cutile.chunk_cb import beside_rows
 from kernels.cutile.config import (
-    DEFAULT_CONFIG,
     SSDConfig,
     compute_out_tiles,
     reads_chunk_cb,
@@ -331,22 +330,24 @@ def fwd_pass_state(
     dA_cumsum: torch.Tensor,
     weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
-    config: SSDConfig = DEFAULT_CONFIG,
+    config: SSDConfig,
+    walk: WalkLayout,
     final_states: bool = True,
     out: torch.Tensor | None = None,
     z: torch.Tensor | None = None,
 ) -> StatePass:
-    """Launch fwd_pass_state, and segment_scan when the chunks are split into segments, except
-    for two segments where the final states are not asked for (the walk's DIRECT stores). With
-    `out` (only where `finishes_out`), the walk completes the output compute_out began in it."""
+    """Launch fwd_pass_state under its layout `walk` (`walk_layout`, worked out once per forward
+    by its caller: host time counts in eager mode), and segment_scan when the chunks are split
+    into segments, except for two segments where the final states are not asked for (the walk's
+    DIRECT stores). With `out` (only where `finishes_out`), the walk completes the output
+    compute_out began in it."""
     from kernels.cutile.segment_scan import segment_scan
 
     grid, kernel, args = fwd_pass_state_launch(
-        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states, out, z
+        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, walk, final_states, out, z
     )
     launch(grid, kernel, args, bool(config.dependent_launch))
     states, seg_end, seg_total, seg_decay = args[5:9]
-    walk = walk_layout(config, x.shape, B.shape, dA_cumsum.shape[3], x.device)
     segments, seg_len = walk.segments, walk.seg_len
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, carries_rows(config, walk))
@@ -367,17 +368,17 @@ def fwd_pass_state_launch(
     weight: torch.Tensor | None,
     initial_states: torch.Tensor | None,
     config: SSDConfig,
+    walk: WalkLayout,
     final_states: bool = True,
     out: torch.Tensor | None = None,
     z: torch.Tensor | None = None,
 ) -> tuple[tuple[int, int, int], object, tuple]:
-    """(grid, kernel, arguments) of the walk's launch, outputs allocated (with `out`, the walk
-    writes its rows there)."""
+    """(grid, kernel, arguments) of the walk's launch under its layout `walk` (`walk_layout`),
+    outputs allocated (with `out`, the walk writes its rows there)."""
     batch, _, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     nchunks, chunk_size = dA_cumsum.shape[2], dA_cumsum.shape[3]
     tq = min(config.state_block_q, chunk_size)
-    walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
     nb, nblocks, hs = walk.block_n, walk.blocks, walk.heads
     segments, seg_len = walk.segments, walk.seg_len
     device, f32 = x.device, torch.float32

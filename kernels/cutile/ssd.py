@@ -124,11 +124,11 @@ def launch_forward(
     if finishes_out(config, walk):
         out = compute_out(x, B, C, None, dt_out, dA_cumsum, D, None, config)
         state_pass = fwd_pass_state(
-            x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states, out, z
+            x, B, C, dt_out, dA_cumsum, weight, initial_states, config, walk, final_states, out, z
         )
         return out, state_pass.final
     state_pass = fwd_pass_state(
-        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, final_states
+        x, B, C, dt_out, dA_cumsum, weight, initial_states, config, walk, final_states
     )
     cb = None
     if ctas_beside:  # launched after the walk, forked before chunk_cumsum (fork_beside)

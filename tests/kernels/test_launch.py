@@ -243,15 +243,17 @@ def test_out_is_compute_outs_alone_where_the_walk_cannot_complete_it(config: SSD
 
 
 def test_an_out_to_complete_is_refused_where_the_walk_has_no_rows() -> None:
-    from kernels.cutile.fwd_pass_state import fwd_pass_state_launch
+    from kernels.cutile.fwd_pass_state import fwd_pass_state_launch, walk_layout
 
     kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
     dA = torch.empty(1, 64, 8, 128, device="meta")
     config = SSDConfig(state_out=1, state_block_n=64, state_segments=1)
     with launch.recorded(132, True), pytest.raises(ValueError, match="finishes_out"):
+        walk = walk_layout(config, kw["x"].shape, kw["B"].shape, 128, kw["x"].device)
         fwd_pass_state_launch(
-            kw["x"], kw["B"], kw["C"], dA, dA, None, None, config, out=torch.empty_like(kw["x"])
-        )
+            kw["x"], kw["B"], kw["C"], dA, dA, None, None, config, walk,
+            out=torch.empty_like(kw["x"]),
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
