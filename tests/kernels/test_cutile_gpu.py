@@ -183,13 +183,17 @@ LONG_MEMORY = [
 ]
 
 
+def _long_memory(inputs: SSDInputs, name: str) -> SSDInputs:
+    """`inputs` with A = −U(0.05, 1) per head (drawn from `name`'s seed)."""
+    draw = torch.rand(inputs.A.shape[0], generator=torch.Generator().manual_seed(_seed(name)))
+    return replace(inputs, A=-(0.05 + 0.95 * draw).to("cuda"))
+
+
 @pytest.mark.parametrize("name", LONG_MEMORY)
 def test_long_memory_matches_reference(name: str) -> None:
     problem = replace(BASE, **CASES[name])
     inputs = make_inputs(problem, seed=_seed(name), device="cuda")
-    draw = torch.rand(problem.nheads, generator=torch.Generator().manual_seed(_seed(name)))
-    slow = replace(inputs, A=-(0.05 + 0.95 * draw).to("cuda"))
-    _check(f"{name}-long-memory", problem, slow)
+    _check(f"{name}-long-memory", problem, _long_memory(inputs, name))
 
 
 # Launch configurations the autotuner may pick, beyond the defaults the cases above use: forced
@@ -427,9 +431,7 @@ def test_the_walk_completes_out_with_long_memory(captured: bool) -> None:
     launched = [n for n, _, _ in forward_launches(meta_inputs(problem).kwargs(), config, sms)]
     assert launched[-1] == "fwd_pass_state_kernel", launched
     inputs = make_inputs(problem, seed=_seed(name + "-long-memory"), device="cuda")
-    draw = torch.rand(problem.nheads, generator=torch.Generator().manual_seed(_seed(name)))
-    slow = replace(inputs, A=-(0.05 + 0.95 * draw).to("cuda"))
-    _check(f"{name}-long-memory", problem, slow, config, captured=captured)
+    _check(f"{name}-long-memory", problem, _long_memory(inputs, name), config, captured=captured)
 
 
 @pytest.mark.parametrize(
