@@ -9,18 +9,20 @@ ever read. The heads of a group read it back from L2 (compute_out orders its gri
 
 Where a one-wave walk leaves SMs idle, `chunk_cb_beside` computes the same product there during
 the walk instead: a few CTAs taking turns over the chunks, on a second stream (SSDConfig.state_cb).
+Where compute_out runs before the walk, chunk_cb itself can run beside chunk_cumsum on that stream
+(SSDConfig.cumsum_cb).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.config import with_occupancy
 from kernels.cutile.indices import split_index
-from kernels.cutile.launch import follow_previous, is_recording, launch
+from kernels.cutile.launch import follow_previous, launch
 from kernels.cutile.tiles import pow2_tile
 
 ConstInt = ct.Constant[int]
@@ -178,12 +180,15 @@ def chunk_cb(
     block_k: int,
     out_cb: int = 1,
     dependent: bool = False,
+    aside: bool = False,
+    occupancy: int = 0,
 ) -> ChunkCB:
     """Launch chunk_cb; returns C·Bᵀ (b, nchunks, g, Q, Q) stored as `out_cb` says (fp32 as
     Triton keeps it, C's dtype, or fp16 scaled per tile, the latter two half the traffic), valid
     on and below the diagonal in (block_m, block_k) tiles (the tiling compute_out reads it with).
-    `dependent`: launched as a programmatic dependent of the kernel before it
-    (kernels/cutile/launch.py)."""
+    `dependent`: launched as a programmatic dependent of the kernel before it; `aside`: on the
+    second stream, after `launch.fork` and before `launch.join` (kernels/cutile/launch.py);
+    `occupancy`: CTAs per SM (0: the compiler's choice)."""
     batch, _, ngroups, dstate = C.shape
     n_tile = pow2_tile(dstate)
     ns = min(128, n_tile)
@@ -192,7 +197,7 @@ def chunk_cb(
     args = (
         C, B, *cb, ngroups, chunk_size, ns, n_tile, block_m, block_k, dependent, out_cb == 3
     )  # fmt: skip
-    launch(grid, chunk_cb_kernel, args, dependent)
+    launch(grid, with_occupancy(chunk_cb_kernel, occupancy), args, dependent, aside)
     return cb
 
 
@@ -205,39 +210,15 @@ def beside_rows(chunk_size: int) -> int:
 def chunk_cb_beside(
     C: torch.Tensor, B: torch.Tensor, chunk_size: int, ctas: int, out_cb: int, block_k: int
 ) -> ChunkCB:
-    """Launch chunk_cb_strided_kernel, `ctas` CTAs per batch entry, on the second stream that
-    `fork_beside` started, so that it runs beside what the current stream runs since; returns
+    """Launch chunk_cb_strided_kernel, `ctas` CTAs per batch entry, on the second stream
+    (`launch.fork` first), so that it runs beside what the current stream runs since; returns
     C·Bᵀ (b, nchunks, g, Q, Q) stored as `out_cb` says, scaled (3) per block of compute_out's
-    k-tiles `block_k`. Call `join_beside` before anything reads it."""
+    k-tiles `block_k`. Call `launch.join` before anything reads it."""
     batch, seqlen, ngroups, dstate = C.shape
     nchunks = -(-seqlen // chunk_size)
     n_tile = pow2_tile(dstate)
     tm, ns = beside_rows(chunk_size), min(STRIDED_SLICE, n_tile)
     cb = _allocate(C, chunk_size, out_cb, tm, block_k)
     args = (C, B, *cb, nchunks, chunk_size, tm, block_k, ns, n_tile, out_cb == 3)
-    if is_recording():
-        launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
-        return cb
-    with torch.cuda.stream(_side_stream(C.device)):
-        launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False)
+    launch((ctas, batch, 1), chunk_cb_strided_kernel, args, False, aside=True)
     return cb
-
-
-def fork_beside(device: torch.device) -> None:
-    """Make the second stream wait for what the current one has so far (the inputs), before the
-    launches that `chunk_cb_beside`'s kernel is to run beside. Forking here and launching it
-    after them keeps its host work (tens of µs) off the start of an eager forward: launched
-    first, it delayed the walk's start by that much (run 220)."""
-    if not is_recording():
-        _side_stream(device).wait_stream(torch.cuda.current_stream(device))
-
-
-def join_beside(device: torch.device) -> None:
-    """Make the current stream wait for what `chunk_cb_beside` launched."""
-    if not is_recording():
-        torch.cuda.current_stream(device).wait_stream(_side_stream(device))
-
-
-@functools.cache
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device)

@@ -389,7 +389,10 @@ def compute_out_launch(
     kernel = with_occupancy(compute_out_kernel, config.out_occupancy)
     cb_pre = reads_chunk_cb(config, chunk_size)
     if cb is None and cb_pre:  # not computed beside the walk (config.state_cb)
-        cb = chunk_cb(C, B, chunk_size, tm, tk, config.out_cb, bool(config.dependent_launch))
+        cb = chunk_cb(
+            C, B, chunk_size, tm, tk, config.out_cb, bool(config.dependent_launch),
+            occupancy=config.cb_occupancy,
+        )  # fmt: skip
     elif cb is None:
         placeholder = torch.empty(1, 1, 1, 1, 1, device=x.device)
         cb = ChunkCB(placeholder, placeholder)

@@ -75,6 +75,13 @@ class SSDConfig:
     # without them, and each walk step adds its rows to out in place (1), so that compute_out
     # does not read them; or the walk stores the rows and compute_out after it reads them (0).
     state_out: int = 0
+    # Where compute_out runs before the walk (state_out) and reads chunk_cb's C·Bᵀ, chunk_cb,
+    # which needs nothing of chunk_cumsum's, runs beside it on a second stream (1) instead of
+    # after it (0).
+    cumsum_cb: int = 0
+    # chunk_cb's CTAs per SM (0 = the compiler's choice: at dstate 256 one CTA of 255 registers
+    # and 256 threads, an SM's whole register file, which nothing can run beside).
+    cb_occupancy: int = 0
 
     def __post_init__(self) -> None:
         """Reject values no launch can use (a hand-edited or foreign tuning cache, say)."""
@@ -95,7 +102,7 @@ class SSDConfig:
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"SSDConfig.{name} must be a power of two, got {value}")
-        for name in ("state_occupancy", "out_occupancy"):
+        for name in ("state_occupancy", "out_occupancy", "cb_occupancy"):
             if getattr(self, name) > 32:
                 raise ValueError(
                     f"SSDConfig.{name} must be 0 (auto) to 32, got {getattr(self, name)}"
@@ -108,7 +115,7 @@ class SSDConfig:
         for name in (
             "state_weight_x", "dependent_launch", "out_hint_decays", "out_rank1",
             "out_fold_segments", "state_weights", "state_store_tma", "state_carry", "state_cb",
-            "state_out",
+            "state_out", "cumsum_cb",
         ):  # fmt: skip
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"SSDConfig.{name} must be 0 or 1, got {getattr(self, name)}")

@@ -34,11 +34,15 @@ import torch
 
 @dataclass
 class Recording:
-    """Launches made inside `recorded()`, kept instead of run: (grid, kernel, args, dependent)."""
+    """Launches made inside `recorded()`, kept instead of run: (grid, kernel, args, dependent);
+    which of them went to the second stream (their indices), and how many launches had been
+    recorded at each `join`."""
 
     sms: int
     captured: bool = True  # record the forward as a CUDA graph's capture would launch it
     launches: list[tuple[tuple[int, int, int], object, tuple, bool]] = field(default_factory=list)
+    aside: list[int] = field(default_factory=list)
+    joins: list[int] = field(default_factory=list)
 
 
 _recording: Recording | None = None
@@ -94,11 +98,39 @@ def follow_previous(chained: bool) -> None:
         ct.grid_dependency_control_launch_dependents()
 
 
-def launch(grid: tuple[int, int, int], kernel, args: tuple, dependent: bool) -> None:
-    """Launch on the current stream, as a programmatic dependent of the previous kernel or not."""
+def launch(
+    grid: tuple[int, int, int], kernel, args: tuple, dependent: bool, aside: bool = False
+) -> None:
+    """Launch on the current stream, as a programmatic dependent of the previous kernel or not;
+    `aside`: on the current device's second stream instead (after `fork`; never a dependent,
+    since nothing before it there is its producer), so that it runs beside what the current
+    stream runs until `join`."""
+    if aside and dependent:
+        raise ValueError("a launch on the second stream cannot be a programmatic dependent")
     if _recording is not None:
+        if aside:
+            _recording.aside.append(len(_recording.launches))
         _recording.launches.append((grid, kernel, args, dependent))
         return
-    ct.launch(
-        torch.cuda.current_stream(), grid, kernel, args, programmatic_dependent_launch=dependent
-    )
+    stream = _second_stream(torch.cuda.current_device()) if aside else torch.cuda.current_stream()
+    ct.launch(stream, grid, kernel, args, programmatic_dependent_launch=dependent)
+
+
+def fork() -> None:
+    """Make the current device's second stream wait for what the current stream has so far (the
+    forward's inputs), before the launches an `aside` launch is to run beside."""
+    if _recording is None:
+        _second_stream(torch.cuda.current_device()).wait_stream(torch.cuda.current_stream())
+
+
+def join() -> None:
+    """Make the current stream wait for what was launched `aside` so far."""
+    if _recording is not None:
+        _recording.joins.append(len(_recording.launches))
+        return
+    torch.cuda.current_stream().wait_stream(_second_stream(torch.cuda.current_device()))
+
+
+@functools.cache
+def _second_stream(device: int) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device)

@@ -4,7 +4,8 @@ compute_out). With `SSDConfig.state_cb`, in a forward captured into a CUDA graph
 strided kernel runs beside the walk on a second stream, forked before chunk_cumsum, launched after
 the walk and joined before compute_out (the graph captures both); an eager forward runs chunk_cb
 after the walk. With `SSDConfig.state_out` (where `finishes_out`), compute_out runs before the
-walk, which completes out.
+walk, which completes out; then with `SSDConfig.cumsum_cb`, chunk_cb runs beside chunk_cumsum on
+the second stream, joined before compute_out.
 
 `ssd_forward` has the forward contract of mamba_ssm's `mamba_chunk_scan_combined` (no seq_idx /
 cu_seqlens). Numerics policy, the same as Triton's defaults: matmul operands in the input dtype
@@ -18,7 +19,12 @@ import math
 
 import torch
 
-from kernels.cutile.config import SSDConfig, compute_out_tiles, forward_default_config
+from kernels.cutile.config import (
+    SSDConfig,
+    compute_out_tiles,
+    forward_default_config,
+    reads_chunk_cb,
+)
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEADDIM = 128
@@ -86,7 +92,7 @@ def launch_forward(
     `final_states` is off and no launch computed them). Also run on meta tensors inside
     `launch.recorded()`, to see what a forward launches without a GPU."""
     # Imported here so that validation and `unsupported_reason` work without cuda-tile.
-    from kernels.cutile.chunk_cb import chunk_cb_beside, fork_beside, join_beside
+    from kernels.cutile.chunk_cb import chunk_cb, chunk_cb_beside
     from kernels.cutile.chunk_cumsum import chunk_cumsum
     from kernels.cutile.compute_out import compute_out
     from kernels.cutile.fwd_pass_state import (
@@ -95,21 +101,27 @@ def launch_forward(
         fwd_pass_state,
         walk_layout,
     )
-    from kernels.cutile.launch import capturing
+    from kernels.cutile.launch import capturing, fork, join
 
     A, D, dt_bias, initial_states = (
         t if t is None else t.float() for t in (A, D, dt_bias, initial_states)
     )
     config = config or forward_default_config(x.shape, B.shape[3], chunk_size)
     walk = walk_layout(config, x.shape, B.shape, chunk_size, x.device)
+    block_m, block_k = compute_out_tiles(config, chunk_size)
+    finishing = finishes_out(config, walk)
+    cb_beside_cumsum = finishing and bool(config.cumsum_cb) and reads_chunk_cb(config, chunk_size)
     ctas_beside = 0
     if config.state_cb and capturing():
         # In CUDA graphs only: in an eager forward its kernel starts once the host has launched
         # the walk, and delays compute_out (runs 220-224). Graph mode checks a replay's answer
         # before timing it, so the captured path is checked too.
         ctas_beside = cb_ctas_beside(config, walk)
-        if ctas_beside:
-            fork_beside(x.device)
+    if ctas_beside or cb_beside_cumsum:
+        # Forked before chunk_cumsum and launched after it (or after the walk): launched first,
+        # the second stream's kernel delayed what followed it by its host work, tens of µs (run
+        # 220).
+        fork()
     dt_out, dA_cumsum, weight = chunk_cumsum(
         dt,
         A,
@@ -121,8 +133,15 @@ def launch_forward(
         bool(config.dependent_launch),
         bool(config.state_weights),
     )
-    if finishes_out(config, walk):
-        out = compute_out(x, B, C, None, dt_out, dA_cumsum, D, None, config)
+    if finishing:
+        cb = None
+        if cb_beside_cumsum:
+            cb = chunk_cb(
+                C, B, chunk_size, block_m, block_k, config.out_cb, aside=True,
+                occupancy=config.cb_occupancy,
+            )  # fmt: skip
+            join()
+        out = compute_out(x, B, C, None, dt_out, dA_cumsum, D, None, config, cb)
         state_pass = fwd_pass_state(
             x, B, C, dt_out, dA_cumsum, weight, initial_states, config, walk, final_states, out, z
         )
@@ -131,10 +150,9 @@ def launch_forward(
         x, B, C, dt_out, dA_cumsum, weight, initial_states, config, walk, final_states
     )
     cb = None
-    if ctas_beside:  # launched after the walk, forked before chunk_cumsum (fork_beside)
-        block_k = compute_out_tiles(config, chunk_size)[1]
+    if ctas_beside:
         cb = chunk_cb_beside(C, B, chunk_size, ctas_beside, config.out_cb, block_k)
-        join_beside(x.device)
+        join()
     out = compute_out(x, B, C, state_pass, dt_out, dA_cumsum, D, z, config, cb)
     return out, state_pass.final
 

@@ -143,6 +143,12 @@ CASES = {
         FP32_Z_RAGGED,
         {"state_carry": 1, "state_out": 1, "state_segments": 1, "state_block_q": 64},
     ),
+    # chunk_cb beside chunk_cumsum (cumsum_cb), at three CTAs per SM.
+    "out-by-walk-cb-beside-cumsum-three-per-sm": (
+        replace(SMALL, dstate=256, chunk_size=128),
+        {"state_carry": 1, "state_out": 1, "cumsum_cb": 1, "state_block_n": 256,
+         "state_segments": 1, "out_cb": 3, "cb_occupancy": 3},
+    ),
 }  # fmt: skip
 
 

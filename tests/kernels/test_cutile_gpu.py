@@ -382,6 +382,15 @@ FINISH_CASES = {
         dict(seqlen=1000, headdim=32, dstate=16, dtype="float32", has_z=True),
         SSDConfig(state_carry=1, state_out=1, state_segments=1, state_block_q=64),
     ),
+    # chunk_cb on the second stream beside chunk_cumsum (cumsum_cb), joined before compute_out,
+    # at three CTAs per SM.
+    "out-by-walk-cb-beside-cumsum-scaled-fp16-z": (
+        dict(seqlen=700, chunk_size=128, nheads=16, ngroups=2, dstate=256, dtype="float16",
+             has_z=True),
+        SSDConfig(state_carry=1, state_out=1, cumsum_cb=1, cb_occupancy=3, state_block_n=256,
+                  state_segments=1, state_occupancy=1, out_cb=3, out_heads=2, out_occupancy=3,
+                  out_rank1=1),
+    ),
 }  # fmt: skip
 
 
@@ -415,17 +424,19 @@ def test_problems_beside_the_walk_in_a_cuda_graph(name: str) -> None:
     _check(name, problem, inputs, config, captured=True)
 
 
+@pytest.mark.parametrize("cumsum_cb", [0, 1], ids=["cb-after-cumsum", "cb-beside-cumsum"])
 @pytest.mark.parametrize("captured", [False, True], ids=["eager", "graph"])
-def test_the_walk_completes_out_with_long_memory(captured: bool) -> None:
+def test_the_walk_completes_out_with_long_memory(captured: bool, cumsum_cb: int) -> None:
     """state_out where the carried term is a large part of out (A = −U(0.05, 1), as in
-    test_long_memory_matches_reference), eager and replayed from a CUDA graph; with state_cb
-    set, as the long 128-head defaults have it, nothing runs beside the walk."""
+    test_long_memory_matches_reference), eager and replayed from a CUDA graph, with chunk_cb
+    after chunk_cumsum or beside it on the second stream; with state_cb set, as the long
+    128-head defaults have it, nothing runs beside the walk."""
     from harness.inputs import meta_inputs
     from kernels.cutile.signatures import forward_launches
 
     name = "out-by-walk-cb-pairs-initial-ragged"
     fields, config = FINISH_CASES[name]
-    config = replace(config, state_cb=1)
+    config = replace(config, state_cb=1, cumsum_cb=cumsum_cb)
     problem = replace(BASE, **fields)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     launched = [n for n, _, _ in forward_launches(meta_inputs(problem).kwargs(), config, sms)]

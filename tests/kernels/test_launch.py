@@ -1,7 +1,8 @@
 """kernels/cutile/launch.py: which kernels of the forward launch as programmatic dependents, and
 the recording of launches, on the CPU (meta tensors; nothing runs); and which forwards leave
 segment_scan out (fwd_pass_state's DIRECT stores), what the walk hands compute_out when it
-writes C·hᵀ (state_carry), and C·Bᵀ computed beside the walk (state_cb)."""
+writes C·hᵀ (state_carry) or completes out (state_out), and C·Bᵀ computed on a second stream
+beside the walk (state_cb) or beside chunk_cumsum (cumsum_cb)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ pytest.importorskip("cuda.tile")
 from harness.inputs import meta_inputs  # noqa: E402
 from harness.problem import Problem  # noqa: E402
 from kernels.cutile import launch  # noqa: E402
-from kernels.cutile.config import SSDConfig  # noqa: E402
+from kernels.cutile.config import SSDConfig, with_occupancy  # noqa: E402
 from kernels.cutile.ssd import launch_forward  # noqa: E402
 
 
-def _recorded(
+def _recording(
     config: SSDConfig, sms: int = 132, final_states: bool = True, captured: bool = True
-) -> list[tuple]:
-    """The recorded launches of one forward, in order: 64 heads, dstate 64, 8 chunks of 128;
-    captured into a CUDA graph unless `captured` is off."""
+) -> launch.Recording:
+    """The recording of one forward: 64 heads, dstate 64, 8 chunks of 128; captured into a CUDA
+    graph unless `captured` is off."""
     kw = meta_inputs(Problem(seqlen=1024, nheads=64, dstate=64, chunk_size=128)).kwargs()
     with launch.recorded(sms, captured) as recording:
         launch_forward(
@@ -31,7 +32,14 @@ def _recorded(
             kw["dt_bias"], kw["initial_states"], kw["dt_softplus"], kw["dt_limit"], config,
             final_states,
         )  # fmt: skip
-    return recording.launches
+    return recording
+
+
+def _recorded(
+    config: SSDConfig, sms: int = 132, final_states: bool = True, captured: bool = True
+) -> list[tuple]:
+    """The recorded launches of one forward (`_recording`), in order."""
+    return _recording(config, sms, final_states, captured).launches
 
 
 def _named(recorded: tuple) -> dict:
@@ -77,14 +85,31 @@ def test_the_recorded_sm_count_decides_the_automatic_segments() -> None:
 
 @pytest.mark.parametrize(
     "config",
-    [SSDConfig(state_occupancy=1, out_occupancy=2), SSDConfig(out_chunk_heads=4, out_occupancy=1)],
-    ids=["hinted", "chunk-kernel"],
-)
+    [SSDConfig(state_occupancy=1, out_occupancy=2), SSDConfig(out_chunk_heads=4, out_occupancy=1),
+     SSDConfig(out_cb=1, cb_occupancy=3)],
+    ids=["hinted", "chunk-kernel", "hinted-chunk-cb"],
+)  # fmt: skip
 def test_every_forward_launches_the_same_kernel_objects(config: SSDConfig) -> None:
     """A hinted kernel made anew per call drops the last one's compiled library, and unloading it
     during CUDA-graph capture aborts the process (run 163). So hinted kernels are made once."""
     first, second = _recorded(config), _recorded(config)
     assert all(a[1] is b[1] for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize("aside", [0, 1], ids=["after-the-walk", "beside-chunk-cumsum"])
+def test_chunk_cb_is_launched_with_its_occupancy_hint(aside: int) -> None:
+    """cb_occupancy hints chunk_cb wherever it is launched; 0 leaves the compiler's choice."""
+    from kernels.cutile.chunk_cb import chunk_cb_kernel
+
+    config = SSDConfig(
+        state_carry=aside, state_out=aside, cumsum_cb=aside, state_block_n=64, state_segments=1,
+        out_cb=1, cb_occupancy=3,
+    )  # fmt: skip
+    kernels = {k._pyfunc.__name__: k for _, k, _, _ in _recorded(config)}
+    assert kernels["chunk_cb_kernel"] is not chunk_cb_kernel
+    assert kernels["chunk_cb_kernel"] is with_occupancy(chunk_cb_kernel, 3)
+    plain = {k._pyfunc.__name__: k for _, k, _, _ in _recorded(replace(config, cb_occupancy=0))}
+    assert plain["chunk_cb_kernel"] is chunk_cb_kernel
 
 
 def test_two_segments_without_final_states_skip_segment_scan() -> None:
@@ -137,12 +162,14 @@ def test_c_b_beside_the_walk_launches_after_it_and_compute_out_reads_it() -> Non
     work overlaps the walk, run 220) with 68 CTAs, chunk_cb is not launched, and compute_out reads
     the strided kernel's output."""
     config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
-    launches = _recorded(config)
+    recording = _recording(config)
+    launches = recording.launches
     names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
     assert names == [
         "chunk_cumsum_kernel", "fwd_pass_state_kernel", "chunk_cb_strided_kernel",
         "compute_out_kernel",
     ]  # fmt: skip
+    assert recording.aside == [2] and recording.joins == [3]  # joined before compute_out
     grid, _, args, dependent = launches[2]
     assert grid == (68, 1, 1) and not dependent
     assert launches[-1][2][3] is args[2]  # compute_out's cb argument
@@ -186,12 +213,13 @@ def test_without_free_sms_or_a_graph_chunk_cb_runs_after_the_walk(sms: int, capt
     """Also in an eager forward: there the strided kernel would start only once the host had
     launched the walk, and hold compute_out back (runs 220-221)."""
     config = SSDConfig(state_cb=1, state_block_n=64, state_segments=1, state_occupancy=1, out_cb=1)
-    launches = _recorded(config, sms=sms, captured=captured)
-    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
+    recording = _recording(config, sms=sms, captured=captured)
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in recording.launches]
     assert "chunk_cb_strided_kernel" not in names and names[2:] == [
         "chunk_cb_kernel",
         "compute_out_kernel",
     ]
+    assert recording.aside == [] and recording.joins == []
 
 
 def test_the_walk_completes_out_where_compute_out_runs_before_it() -> None:
@@ -221,6 +249,48 @@ def test_the_walk_completes_out_where_compute_out_runs_before_it() -> None:
     assert walk["states"] is compute_out["out"] is out
     assert walk["HAS_Z"] is True and walk["z"] is kw["z"]
     assert launches[3][3] is True  # the walk waits for compute_out (programmatic dependent)
+
+
+@pytest.mark.parametrize("captured", [True, False], ids=["graph", "eager"])
+def test_c_b_beside_chunk_cumsum_where_compute_out_runs_before_the_walk(captured: bool) -> None:
+    """cumsum_cb with state_out: chunk_cb, which reads only B and C, is launched on the second
+    stream right after chunk_cumsum and joined before compute_out, which reads its output; in
+    eager forwards too (nothing launched after it waits for the host)."""
+    config = SSDConfig(
+        state_carry=1, state_out=1, cumsum_cb=1, state_block_n=64, state_segments=1,
+        state_occupancy=1, out_cb=3,
+    )  # fmt: skip
+    recording = _recording(config, captured=captured)
+    launches = recording.launches
+    names = [kernel._pyfunc.__name__ for _, kernel, _, _ in launches]
+    assert names == [
+        "chunk_cumsum_kernel", "chunk_cb_kernel", "compute_out_kernel", "fwd_pass_state_kernel",
+    ]  # fmt: skip
+    assert recording.aside == [1] and recording.joins == [2]
+    cb, compute_out = _named(launches[1]), _named(launches[2])
+    assert launches[1][3] is False and cb["CHAINED"] is False  # nothing before it on its stream
+    assert compute_out["cb_chunks"] is cb["cb"] and compute_out["cb_scale"] is cb["cb_scale"]
+    assert compute_out["PARTIAL"] is True and _named(launches[3])["FINISH"] is True
+
+
+@pytest.mark.parametrize(
+    "config",
+    [SSDConfig(state_carry=1, cumsum_cb=1, state_block_n=64, state_segments=1, out_cb=1),
+     SSDConfig(state_carry=1, state_out=1, cumsum_cb=1, state_block_n=64, state_segments=1)],
+    ids=["compute-out-after-the-walk", "c-b-inside-compute-out"],
+)  # fmt: skip
+def test_cumsum_cb_changes_nothing_without_chunk_cb_before_the_walk(config: SSDConfig) -> None:
+    """Without state_out chunk_cb would take SMs from the walk's one wave, and with out_cb=0
+    there is no chunk_cb: the same launches as without cumsum_cb, none on the second stream."""
+    recording = _recording(config)
+    assert recording.aside == [] and recording.joins == []
+    plain = _recorded(replace(config, cumsum_cb=0))
+    assert [launch[1] for launch in recording.launches] == [launch[1] for launch in plain]
+
+
+def test_a_launch_on_the_second_stream_is_never_a_dependent() -> None:
+    with launch.recorded(132), pytest.raises(ValueError, match="second stream"):
+        launch.launch((1, 1, 1), object(), (), dependent=True, aside=True)
 
 
 @pytest.mark.parametrize(
