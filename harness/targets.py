@@ -144,11 +144,11 @@ def _peak(df: pd.DataFrame, meta: dict, candidate: str) -> Target:
         label = markdown.point_label(ours.iloc[0], ["seqlen"])
         return Target(goal, f"{candidate} not timed at {label}", False, *_untimed(ours))
     row = longest[longest["point"] == point].iloc[0]
-    rate = highest_rate(meta, "bf16_tflops", row["gpu_name"])
     measured = f"{100 * fraction:.1f} % at {_label(row)}"
     own, own_point = best_fraction_of_peak(longest, meta, candidate, "graph")
     if (round(own, 3), own_point) != (round(fraction, 3), point):
         own_row = longest[longest["point"] == own_point].iloc[0]
+        rate = highest_rate(meta, "bf16_tflops", row["gpu_name"])
         measured += (
             f" of the run's highest rate, {rate:.0f} TFLOP/s ({100 * own:.1f} % at "
             f"{_label(own_row)} of its own worker's)"

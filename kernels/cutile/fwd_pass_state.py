@@ -351,7 +351,7 @@ def fwd_pass_state(
     segments, seg_len = walk.segments, walk.seg_len
     if segments == 1:
         return StatePass(states, seg_end[:, 0], 1, seg_len, None, None, carries_rows(config, walk))
-    if segments == 2 and not final_states:  # DIRECT: seg_end holds the segments' start states
+    if stores_starts(walk, final_states):  # DIRECT: seg_end holds the segments' start states
         return StatePass(states, None, segments, seg_len, seg_end, seg_decay)
     seg_start, final = segment_scan(
         seg_end, seg_total, states.dtype, dependent=bool(config.dependent_launch)
@@ -382,7 +382,7 @@ def fwd_pass_state_launch(
     nb, nblocks, hs = walk.block_n, walk.blocks, walk.heads
     segments, seg_len = walk.segments, walk.seg_len
     device, f32 = x.device, torch.float32
-    direct = segments == 2 and not final_states
+    direct = stores_starts(walk, final_states)
     carry = carries_rows(config, walk)
     finish = out is not None
     if finish and not finishes_out(config, walk):
@@ -454,6 +454,12 @@ def walk_layout(
     )
     free = max(0, sm_count(device) - walkers)  # CTAs are spread over the SMs first
     return WalkLayout(nb, blocks, hs, segments, seg_len, batch, ngroups, chunk_size, free)
+
+
+def stores_starts(walk: WalkLayout, final_states: bool) -> bool:
+    """Whether the walk stores the segments' true start states itself (DIRECT), so that
+    segment_scan is not launched: two segments, and no final states asked for."""
+    return walk.segments == 2 and not final_states
 
 
 def carries_rows(config: SSDConfig, walk: WalkLayout) -> bool:
