@@ -219,6 +219,7 @@ def fwd_pass_state_kernel(
     CARRY: ConstBool,
     FINISH: ConstBool,
     HAS_Z: ConstBool,
+    partial,  # with FINISH: out as compute_out left it, the same tensor as `states`
 ):
     follow_previous(CHAINED)
     nblock = ct.bid(0)
@@ -279,7 +280,7 @@ def fwd_pass_state_kernel(
                 carried = ct.mma(c.astype(mma_dtype), h_t, ct.zeros((TQ, P), dtype=ct.float32))
                 if FINISH:
                     carried = _finished_rows(
-                        states, z, carried, _step_rows(dA0, step, Q, TQ), batch,
+                        partial, z, carried, _step_rows(dA0, step, Q, TQ), batch,
                         chunk * steps + step, head, TQ, P, LAT, HAS_Z,
                     )  # fmt: skip
                 ct.store(
@@ -418,6 +419,7 @@ def fwd_pass_state_launch(
         bool(config.state_weight_x), initial_states is not None, segments > 1,
         bool(config.dependent_launch), config.state_latency, weight is not None,
         bool(config.state_store_tma), direct, carry, finish, gate,
+        out if finish else unused,
     )  # fmt: skip
     return grid, kernel, args
 

@@ -1,7 +1,8 @@
 """The kernel names the H200 launched (scripts/kernel_symbols.py, SYMBOLS), read against today's
 kernels: the parameters the kernels took on since that recording, and the values every launch it
-recorded would pass them. Change 81 (the walk completing out, `state_out`) came while no GPU was
-lent to record the names again; once they are, SYMBOLS names the new file and ADDED is empty."""
+recorded would pass them. Changes 81 and 83 (the walk completing out, `state_out`, and reading
+out's rows through their own parameter) came while no H200 was lent to record the names again;
+once they are, SYMBOLS names the new file and ADDED is empty."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ ADDED = {
         "z": tensor_constraint(_PLACEHOLDER),
         "FINISH": ConstantConstraint(False),
         "HAS_Z": ConstantConstraint(False),
+        "partial": tensor_constraint(_PLACEHOLDER),
     },
     "compute_out_kernel": {"PARTIAL": ConstantConstraint(False)},
 }

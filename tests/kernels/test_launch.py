@@ -246,7 +246,7 @@ def test_the_walk_completes_out_where_compute_out_runs_before_it() -> None:
     assert compute_out["PARTIAL"] is True and compute_out["HAS_Z"] is False
     assert compute_out["CARRY"] is False and compute_out["SEGMENTED"] is False
     assert walk["FINISH"] is True and walk["CARRY"] is True
-    assert walk["states"] is compute_out["out"] is out
+    assert walk["states"] is walk["partial"] is compute_out["out"] is out
     assert walk["HAS_Z"] is True and walk["z"] is kw["z"]
     assert launches[3][3] is True  # the walk waits for compute_out (programmatic dependent)
 
