@@ -36,9 +36,9 @@ def _compiled(symbol: str, occupancy: int):
     pytest.importorskip("cuda.tile")
     from kernels.cutile.config import with_occupancy
     from kernels.cutile.resources import compile_resources
-    from tests.kernels.recorded_symbols import as_launched_now
+    from kernels.cutile.signatures import from_symbol
 
-    _, kernel, signature = as_launched_now(symbol)
+    _, kernel, signature = from_symbol(symbol)
     return compile_resources(with_occupancy(kernel, occupancy), signature)
 
 
