@@ -300,8 +300,9 @@ CHUNK_KERNEL_CASES = {
 # The walk's C·hᵀ rows in place of its states (state_carry, change 70): dstate 256's default
 # where it engages (pairs over chunk_cb) from initial states with groups and a ragged tail; the
 # chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
-# of 256 in 64-row steps, so compute_out reads row blocks past the first; and carry asked for
-# with segments, which stores the states as before.
+# of 256 in 64-row steps, so compute_out reads row blocks past the first; carry asked for with
+# segments, which stores the states as before; and the long walks' loads hinted 6, where the rows
+# take turns between two stores (change 84).
 CARRY_CASES = {
     "carry-cb-pairs-initial-ragged": (
         dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
@@ -322,6 +323,12 @@ CARRY_CASES = {
     "carry-with-segments-stores-states": (
         dict(seqlen=1500, chunk_size=128, nheads=8, dstate=256, has_initial_states=True),
         SSDConfig(state_carry=1, state_block_n=256, state_segments=3),
+    ),
+    "carry-alternating-stores-ragged": (
+        dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
+        SSDConfig(state_carry=1, state_block_n=256, state_segments=1, state_occupancy=1,
+                  state_weight_x=1, state_weights=1, state_latency=6, out_cb=1, out_heads=2,
+                  out_occupancy=3, out_rank1=1, out_latency=4, out_hint_decays=1),
     ),
 }  # fmt: skip
 
