@@ -301,8 +301,8 @@ CHUNK_KERNEL_CASES = {
 # where it engages (pairs over chunk_cb) from initial states with groups and a ragged tail; the
 # chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
 # of 256 in 64-row steps, so compute_out reads row blocks past the first; carry asked for with
-# segments, which stores the states as before; and the long walks' loads hinted 6, where the rows
-# take turns between two stores (change 84).
+# segments, which stores the states as before; and a carry walk whose loads are hinted 6, as the
+# defaults' beyond CHAIN_SEQLEN are (change 71), which no case ran before.
 CARRY_CASES = {
     "carry-cb-pairs-initial-ragged": (
         dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
@@ -324,7 +324,7 @@ CARRY_CASES = {
         dict(seqlen=1500, chunk_size=128, nheads=8, dstate=256, has_initial_states=True),
         SSDConfig(state_carry=1, state_block_n=256, state_segments=3),
     ),
-    "carry-alternating-stores-ragged": (
+    "carry-hint6-cb-pairs-initial-ragged": (
         dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
         SSDConfig(state_carry=1, state_block_n=256, state_segments=1, state_occupancy=1,
                   state_weight_x=1, state_weights=1, state_latency=6, out_cb=1, out_heads=2,
