@@ -148,6 +148,26 @@ def _store_state(states, state, batch, chunk, head, nblock, P: int, NB: int, TMA
         ct.store(states, index=index, tile=tile, allow_tma=False)
 
 
+def _store_rows(states, rows, batch, row_block, head, TQ: int, P: int, ALTERNATE: bool):
+    """One step's C·hᵀ rows into `states`. With ALTERNATE by one of two identical stores picked
+    by the row block's parity, so that consecutive steps take turns: tileiras builds each its
+    own handshake with the warp that issues the TMA store (the staging buffer stays one), and
+    in the walks whose loads are hinted 6 (or more; measured at 6) the step comes out shorter
+    (H100, 16K and 64K/128/256: the walk −1.7 to −3.3 %, the forward −0.7 to −0.9 % in graph
+    mode). Walks hinted 4 build another walk that way, one consumer warpgroup instead of two,
+    +13 % and +21 % at 1K and 4K/128/256, so they keep one store (docs/performance.md, change
+    84)."""
+    index = (batch, row_block, head, 0)
+    tile = rows.reshape((1, TQ, 1, P)).astype(states.dtype)
+    if ALTERNATE:
+        if row_block % 2 == 0:
+            ct.store(states, index=index, tile=tile)
+        else:
+            ct.store(states, index=index, tile=tile)
+    else:
+        ct.store(states, index=index, tile=tile)
+
+
 def _finished_rows(
     out, z, carried, dA, batch, row_block, head, TQ: int, P: int, LAT: int, HAS_Z: bool
 ):
@@ -286,10 +306,8 @@ def fwd_pass_state_kernel(
                         partial, z, carried, _step_rows(dA0, step, Q, TQ), batch,
                         chunk * steps + step, head, TQ, P, LAT, HAS_Z,
                     )  # fmt: skip
-                ct.store(
-                    states,
-                    index=(batch, chunk * steps + step, head, 0),
-                    tile=carried.reshape((1, TQ, 1, P)).astype(states.dtype),
+                _store_rows(
+                    states, carried, batch, chunk * steps + step, head, TQ, P, ALTERNATE=LAT >= 6
                 )
             acc0 = _weighted_x_b(
                 acc0, x, b, dA0, dt0, dA_last0, batch, head, chunk, step, steps,

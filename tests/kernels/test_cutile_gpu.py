@@ -302,7 +302,8 @@ CHUNK_KERNEL_CASES = {
 # chunk kernel reading the rows in fp16 with z and D per head-dim; fp32 (TF32) with z over chunks
 # of 256 in 64-row steps, so compute_out reads row blocks past the first; carry asked for with
 # segments, which stores the states as before; and a carry walk whose loads are hinted 6, as the
-# defaults' beyond CHAIN_SEQLEN are (change 71), which no case ran before.
+# defaults' beyond CHAIN_SEQLEN are (change 71), where the rows take turns between two stores
+# (change 84).
 CARRY_CASES = {
     "carry-cb-pairs-initial-ragged": (
         dict(seqlen=1500, chunk_size=128, nheads=8, ngroups=2, dstate=256, has_initial_states=True),
