@@ -153,7 +153,7 @@ def _store_rows(states, rows, batch, row_block, head, TQ: int, P: int, ALTERNATE
     by the row block's parity, so that consecutive steps take turns: tileiras builds each its
     own handshake with the warp that issues the TMA store (the staging buffer stays one), and
     in the walks whose loads are hinted 6 (or more; measured at 6) the step comes out shorter
-    (H100, 16K and 64K/128/256: the walk −1.7 to −3.3 %, the forward −0.7 to −0.9 % in graph
+    (H100, 8K-64K/128/256: the walk −1.7 to −3.3 %, the forward −0.7 to −1.1 % in graph
     mode). Walks hinted 4 build another walk that way, one consumer warpgroup instead of two,
     +13 % and +21 % at 1K and 4K/128/256, so they keep one store (docs/performance.md, change
     84)."""
