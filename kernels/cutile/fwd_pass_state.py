@@ -153,10 +153,10 @@ def _store_rows(states, rows, batch, row_block, head, TQ: int, P: int, ALTERNATE
     by the row block's parity, so that consecutive steps take turns: tileiras builds each its
     own handshake with the warp that issues the TMA store (the staging buffer stays one), and
     in the walks whose loads are hinted 6 (or more; measured at 6) the step comes out shorter
-    (H100, 8K-64K/128/256: the walk −1.7 to −3.3 %, the forward −0.7 to −1.1 % in graph
-    mode). Walks hinted 4 build another walk that way, one consumer warpgroup instead of two,
-    +13 % and +21 % at 1K and 4K/128/256, so they keep one store (docs/performance.md, change
-    84)."""
+    (H100, 8K-64K/128/256: the walk −1.7 to −3.3 %, the forward −0.7 to −1.1 % in graph mode;
+    H200: the walk −0.5 to −1.0 %, the forward within noise). Walks hinted 4 build another walk
+    that way, one consumer warpgroup instead of two, +13 % and +21 % at 1K and 4K/128/256, so
+    they keep one store (docs/performance.md, change 84)."""
     index = (batch, row_block, head, 0)
     tile = rows.reshape((1, TQ, 1, P)).astype(states.dtype)
     if ALTERNATE:
