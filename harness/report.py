@@ -193,27 +193,39 @@ def prepared_text(prepared: dict[str, dict]) -> str:
     return "; ".join(parts)
 
 
-def missing_points(df: pd.DataFrame, meta: dict) -> list[str] | None:
-    """The sweep's point keys that some provider of the run has not measured, from the sweep and
-    providers in the run's meta (a time limit or a lost node cuts a run short); None where the
-    meta lacks them."""
+def _plan(meta: dict) -> tuple[list[str], list[str]] | None:
+    """(the sweep's point keys, the providers' names) from a run's meta; None where it lacks
+    either."""
     planned = planned_points(meta)
     names = (meta.get("config") or {}).get("providers", {}).get("names")
     if planned is None or not names:
         return None
+    return planned, names
+
+
+def _unmeasured(df: pd.DataFrame, planned: list[str], names: list[str]) -> list[str]:
+    """The planned keys that some of the named providers has no row for."""
     measured = set(zip(df["point"], df["provider"], strict=True)) if len(df) else set()
     return [key for key in planned if any((key, name) not in measured for name in names)]
+
+
+def missing_points(df: pd.DataFrame, meta: dict) -> list[str] | None:
+    """The sweep's point keys that some provider of the run has not measured, from the sweep and
+    providers in the run's meta (a time limit or a lost node cuts a run short); None where the
+    meta lacks them."""
+    plan = _plan(meta)
+    return None if plan is None else _unmeasured(df, *plan)
 
 
 def coverage_section(df: pd.DataFrame, meta: dict) -> str | None:
     """How many of the sweep's points every provider measured, so that a run cut short reads as
     partial and names what a resume of its run_id still has to measure. None where the meta
     lacks the sweep or providers."""
-    missing = missing_points(df, meta)
-    if missing is None:
+    plan = _plan(meta)
+    if plan is None:
         return None
-    planned = planned_points(meta)
-    names = meta["config"]["providers"]["names"]
+    planned, names = plan
+    missing = _unmeasured(df, planned, names)
     text = (
         f"## Coverage\n\n{len(planned) - len(missing)} of the sweep's {len(planned)} points "
         f"measured by every provider ({', '.join(names)})."
