@@ -511,8 +511,8 @@ def default_config(dstate: int, size: ProblemSize | None = None) -> SSDConfig:
         # registers, the walk +60 to +63 % (runs 202-204, change 71); at 6 its rows take turns
         # between two stores, the forward −0.7 to −1.1 % at 8K-64K (H100, runs 239-242; on an
         # H200 the walk −0.5 to −1.0 %, the forward within noise, run 244; change 84; at 4 that
-        # builds another walk, +13 to +21 %). Beyond CHAIN_SEQLEN the four
-        # SMs the walkers leave free compute C·Bᵀ beside the walk instead of chunk_cb after it
+        # builds another walk, +13 to +21 %). Beyond CHAIN_SEQLEN the four SMs the walkers
+        # leave free compute C·Bᵀ beside the walk instead of chunk_cb after it
         # (run 213: −1.0 % at 16K/128/256, −0.8 % at 64K; +2.9 % at 2K; change 76). C·Bᵀ in fp16
         # scaled per tile: compute_out −6 to −8 %, the forward −4.2 to −4.4 % in graph mode and
         # −2.2 to −6.7 % in eager mode at 8K-64K, −1.5 % at 1K and −3.6 % at 4K; the error
